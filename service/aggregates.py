@@ -1,0 +1,112 @@
+"""Cross-process metric values kept in one Redis hash.
+
+Every process (API replicas, worker processes) adds to the same hash, so every scrape of any
+replica sees the same global totals. A field is the JSON ``[family, [label values], part]``, where
+part is ``""`` for a counter, ``"b<i>"`` for the i-th histogram bucket (not cumulative; the
+collector accumulates), ``"sum"`` and ``"count"``.
+
+Redis may lose this hash (restart without persistence, FLUSHALL): the database keeps every score,
+and ``rebuild`` recomputes the judged-side aggregates from it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from redis import Redis
+
+from service.metrics import FAMILIES, Family
+
+HASH_KEY = "rm:metrics:v1"
+DONE_PREFIX = "rm:metrics:done:"
+# How long a "this event was already counted" marker lives; redeliveries come within minutes.
+DONE_TTL_SECONDS = 7 * 24 * 3600
+
+# Adds the deltas only if the done-marker did not exist, atomically: a task delivered twice,
+# or re-run after a crash between the database commit and this call, never counts twice.
+_ADD_ONCE = """
+if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
+  for i = 2, #ARGV, 2 do
+    redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+  return 1
+end
+return 0
+"""
+
+
+def _field(family: str, labels: Iterable[str], part: str = "") -> str:
+    return json.dumps([family, list(labels), part], separators=(",", ":"))
+
+
+@dataclass
+class Delta:
+    """Increments to apply together."""
+
+    values: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def inc(self, family: str, labels: Mapping[str, str], amount: float = 1.0) -> None:
+        fam = FAMILIES[family]
+        self.values[_field(family, _label_values(fam, labels))] += amount
+
+    def observe(self, family: str, labels: Mapping[str, str], value: float) -> None:
+        fam = FAMILIES[family]
+        values = _label_values(fam, labels)
+        index = bisect.bisect_left(fam.buckets, value)  # le semantics: value <= bound
+        self.values[_field(family, values, f"b{index}")] += 1
+        self.values[_field(family, values, "sum")] += value
+        self.values[_field(family, values, "count")] += 1
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+
+def _label_values(family: Family, labels: Mapping[str, str]) -> list[str]:
+    return [labels.get(name, "") or "" for name in family.labels]
+
+
+class Aggregates:
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self._add_once = redis.register_script(_ADD_ONCE)
+
+    def add(self, delta: Delta) -> None:
+        if not delta:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for key, amount in delta.values.items():
+            pipe.hincrbyfloat(HASH_KEY, key, amount)
+        pipe.execute()
+
+    def add_once(self, done_key: str, delta: Delta) -> bool:
+        """Apply ``delta`` unless ``done_key`` was applied before; True when applied now."""
+        args: list[str | float] = [DONE_TTL_SECONDS]
+        for key, amount in delta.values.items():
+            args.extend([key, amount])
+        return bool(self._add_once(keys=[HASH_KEY, DONE_PREFIX + done_key], args=args))
+
+    def is_done(self, done_key: str) -> bool:
+        return bool(self.redis.exists(DONE_PREFIX + done_key))
+
+    def read(self) -> dict[tuple[str, tuple[str, ...], str], float]:
+        raw = self.redis.hgetall(HASH_KEY)
+        out: dict[tuple[str, tuple[str, ...], str], float] = {}
+        for key, value in raw.items():
+            family, labels, part = json.loads(key)
+            out[(family, tuple(labels), part)] = float(value)
+        return out
+
+    def clear(self) -> None:
+        """Forget every aggregate (before a rebuild)."""
+        self.redis.delete(HASH_KEY)
+        cursor = 0
+        while True:
+            cursor, keys = self.redis.scan(cursor, match=DONE_PREFIX + "*", count=1000)
+            if keys:
+                self.redis.delete(*keys)
+            if cursor == 0:
+                break

@@ -1,0 +1,73 @@
+"""The FastAPI application: routes, the body limit, and error answers that never become a 500."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from service.aggregates import Delta
+from service.api import events, health
+from service.api.body_limit import BodyLimitMiddleware
+from service.api.deps import AppState
+from service.runtime import Runtime
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Measures the quality of a RAG application's retrieval on live traffic. Send each retrieval as an
+event; an LLM judge grades the passages in the background; measures (precision, nDCG, T, F_e,
+context relevance, and recall with gold traffic) are exported on `/metrics` for Prometheus.
+"""
+
+
+def create_app(settings: Settings) -> FastAPI:
+    runtime = Runtime(settings)
+    state = AppState.build(runtime)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        runtime.engine.dispose()
+
+    app = FastAPI(
+        title="retrieval-monitor",
+        version="1",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.rm = state
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.include_router(events.router)
+    app.include_router(health.router)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if request.url.path.startswith("/v1/events") and request.method == "POST":
+            delta = Delta()
+            delta.inc("events_rejected", {"reason": "invalid"})
+            state.ingestor.count(delta)
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
+        return JSONResponse(status_code=422, content={"detail": message, "errors": errors})
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Dependencies that are down (database, Redis) are the expected cause: say so with a
+        # 503 the client can retry, and keep the traceback in the log.
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return JSONResponse(
+            status_code=503,
+            content={"detail": "temporarily unable to serve the request; retry later"},
+            headers={"Retry-After": "5"},
+        )
+
+    return app

@@ -1,0 +1,49 @@
+"""What routes get from the application state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+from prometheus_client import CollectorRegistry
+
+from service.db import session_scope
+from service.exporter import PipelineState, SharedCollector, build_registry
+from service.ingest import Ingestor
+from service.queue import TaskSender
+from service.repository import pending_summary, utcnow
+from service.runtime import Runtime
+
+
+@dataclass
+class AppState:
+    runtime: Runtime
+    ingestor: Ingestor
+    registry: CollectorRegistry
+
+    @classmethod
+    def build(cls, runtime: Runtime) -> AppState:
+        sender = TaskSender(runtime.settings.redis_url, runtime.settings.queue_name)
+
+        def pipeline_state() -> PipelineState:
+            with session_scope(runtime.engine) as session:
+                pending = pending_summary(session)
+            age = (
+                (utcnow() - pending.oldest_received_at).total_seconds()
+                if pending.oldest_received_at
+                else 0.0
+            )
+            queue = runtime.settings.queue_name
+            return PipelineState(
+                queue_depth={queue: int(runtime.redis.llen(queue))},
+                pending_events=pending.count,
+                oldest_pending_age_seconds=max(age, 0.0),
+            )
+
+        registry = build_registry(SharedCollector(runtime.aggregates, pipeline_state))
+        return cls(runtime=runtime, ingestor=Ingestor(runtime, sender), registry=registry)
+
+
+def app_state(request: Request) -> AppState:
+    state: AppState = request.app.state.rm
+    return state

@@ -1,0 +1,154 @@
+"""The v1 event API."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Response, status
+
+from service import repository
+from service.aggregates import Delta
+from service.api.deps import AppState, app_state
+from service.db import session_scope
+from service.ingest import Rejection, validate
+from service.schemas import (
+    BatchIn,
+    BatchResult,
+    EventIn,
+    EventView,
+    FeedbackIn,
+    IngestResult,
+    PassageView,
+)
+
+router = APIRouter(prefix="/v1/events", tags=["events"])
+State = Annotated[AppState, Depends(app_state)]
+
+
+@router.post(
+    "",
+    response_model=IngestResult,
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={
+        200: {"model": IngestResult, "description": "Already known: nothing new was stored."},
+        409: {"description": "The event_id is already used by a different event."},
+        422: {"description": "The event is malformed or breaks a limit."},
+    },
+)
+def post_event(event: EventIn, response: Response, state: State) -> IngestResult:
+    """Accept one retrieval event; 202 once it is committed, to be judged in the background."""
+    checked = validate(event, state.runtime)
+    if isinstance(checked, Rejection):
+        state.ingestor.ingest([], [checked])
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=checked.message)
+    (result,) = state.ingestor.ingest([checked])
+    if result.status == "duplicate":
+        response.status_code = status.HTTP_200_OK
+    elif result.status == "rejected":
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=result.error)
+    return result
+
+
+@router.post("/batch", response_model=BatchResult)
+def post_batch(batch: BatchIn, state: State) -> BatchResult:
+    """Accept many events; each is validated on its own and gets its own result."""
+    limit = state.runtime.settings.max_batch_events
+    if len(batch.events) > limit:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f"too many events in one batch: {len(batch.events)} > max_batch_events {limit}",
+        )
+    valid: list[EventIn] = []
+    slots: list[int | Rejection] = []
+    for raw in batch.events:
+        checked = validate(raw, state.runtime)
+        if isinstance(checked, Rejection):
+            slots.append(checked)
+        else:
+            slots.append(len(valid))
+            valid.append(checked)
+    rejections = [slot for slot in slots if isinstance(slot, Rejection)]
+    stored = state.ingestor.ingest(valid, rejections)
+    results = [
+        IngestResult(event_id=slot.event_id, status="rejected", error=slot.message)
+        if isinstance(slot, Rejection)
+        else stored[slot]
+        for slot in slots
+    ]
+    return BatchResult(
+        accepted=sum(r.status == "accepted" for r in results),
+        duplicate=sum(r.status == "duplicate" for r in results),
+        rejected=sum(r.status == "rejected" for r in results),
+        results=results,
+    )
+
+
+@router.get("/{event_id}", response_model=EventView, responses={404: {}})
+def get_event(event_id: str, state: State) -> EventView:
+    """The event as stored, its judging status, per-passage grades and its measures."""
+    with session_scope(state.runtime.engine) as session:
+        event = repository.find_event(session, state.ingestor.tenant, event_id)
+        if event is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
+        stored = repository.stored_event(session, event)
+    return _view(stored)
+
+
+@router.post("/{event_id}/feedback", responses={404: {}})
+def post_feedback(event_id: str, feedback: FeedbackIn, state: State) -> dict[str, Any]:
+    """Attach the answer's grade (1-5) and/or correctness to an event, possibly long after it."""
+    with session_scope(state.runtime.engine) as session:
+        event = repository.find_event(session, state.ingestor.tenant, event_id)
+        if event is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
+        repository.record_feedback(session, event, feedback)
+        session.commit()
+        labels = {"app": event.app, "retriever": event.retriever, "environment": event.environment}
+    delta = Delta()
+    delta.inc("feedback", labels)
+    state.ingestor.count(delta)
+    return {"event_id": event_id, "status": "recorded"}
+
+
+def _view(stored: repository.StoredEvent) -> EventView:
+    event, score = stored.event, stored.score
+    gold = set(event.gold_passage_ids) if event.gold_passage_ids is not None else None
+    passages = []
+    for passage in stored.passages:
+        judgment = stored.judgments.get(passage.rank)
+        passages.append(
+            PassageView(
+                id=passage.passage_id,
+                rank=passage.rank,
+                grade=judgment.grade if judgment else None,
+                relevant=judgment.relevant if judgment else None,
+                in_top_k=passage.rank <= event.k,
+                gold=None if gold is None else passage.passage_id in gold,
+            )
+        )
+    measures: dict[str, float | None] = {}
+    if score is not None:
+        from service.measures import MEASURE_NAMES
+
+        measures = {name: getattr(score, name) for name in MEASURE_NAMES}
+        measures["alpha"] = score.alpha
+    return EventView(
+        event_id=event.event_id,
+        status=event.status,
+        timestamp=event.timestamp,
+        received_at=event.received_at,
+        app=event.app,
+        retriever=event.retriever,
+        environment=event.environment or None,
+        query=event.query,
+        k=event.k,
+        judge=score.judge if score else None,
+        prompt_version=score.prompt_version if score else None,
+        context_rating=stored.run.context_rating if stored.run else None,
+        passages=passages,
+        measures=measures,
+        gold_passage_ids=event.gold_passage_ids,
+        response_grade=event.response_grade,
+        answer_correct=event.answer_correct,
+        failure_reason=event.failure_reason,
+    )

@@ -1,0 +1,45 @@
+"""Liveness, readiness and the Prometheus endpoint."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from service.api.events import State
+from service.db import session_scope
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "A dependency is unreachable."}})
+def readyz(response: Response, state: State) -> dict[str, str]:
+    """Readiness: the database and Redis both answer."""
+    checks: dict[str, str] = {}
+    try:
+        with session_scope(state.runtime.engine) as session:
+            session.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception as exc:
+        checks["database"] = f"error: {type(exc).__name__}"
+    try:
+        state.runtime.redis.ping()
+        checks["redis"] = "ok"
+    except Exception as exc:
+        checks["redis"] = f"error: {type(exc).__name__}"
+    ready = all(value == "ok" for value in checks.values())
+    if not ready:
+        response.status_code = 503
+    return {"status": "ready" if ready else "not ready", **checks}
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(state: State) -> Response:
+    """Prometheus text exposition of every series (global totals, the same on every replica)."""
+    return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)

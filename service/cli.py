@@ -1,0 +1,288 @@
+"""``retrieval-monitor``: run the API, a worker, the scheduler, migrations, or a replay.
+
+Every setting also comes from the environment (``RM_*``; see ``retrieval-monitor settings``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from service import logs
+from service.settings import Settings, get_settings
+
+log = logging.getLogger("retrieval_monitor")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    logs.configure(settings.log_level, settings.log_json)
+    handler = args.handler
+    result: int = handler(args, settings)
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="retrieval-monitor",
+        description="Judge live RAG retrievals and export their quality to Prometheus. "
+        "Settings come from RM_* environment variables; empty connection settings mean the "
+        "embedded defaults (SQLite file, embedded Redis, local embedding judge).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser(
+        "serve",
+        help="run the API (and, by default, a worker and the sweeper)",
+        description="Run the HTTP API. With no RM_REDIS_URL it starts an embedded Redis; unless "
+        "--no-worker it also starts a worker process with the periodic sweeper.",
+    )
+    serve.add_argument("--host", help="address to listen on (default: RM_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default: RM_PORT or 8080)")
+    serve.add_argument("--no-worker", action="store_true", help="do not start a worker process")
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="replay a generated workload once the API is up and print where to look",
+    )
+    serve.add_argument(
+        "--demo-queries", type=int, default=150, help="queries the demo replays (default 150)"
+    )
+    serve.add_argument(
+        "--exit-after-demo",
+        action="store_true",
+        help="stop once the demo's events are judged (for scripted checks)",
+    )
+    serve.set_defaults(handler=cmd_serve)
+
+    worker = sub.add_parser(
+        "worker",
+        help="run a judge worker (needs RM_REDIS_URL)",
+        description="Run a Celery worker that judges events. Needs RM_REDIS_URL.",
+    )
+    worker.add_argument("--concurrency", type=int, help="worker processes (RM_WORKER_CONCURRENCY)")
+    worker.add_argument(
+        "--with-scheduler", action="store_true", help="also run the periodic sweeper in-process"
+    )
+    worker.set_defaults(handler=cmd_worker)
+
+    scheduler = sub.add_parser(
+        "scheduler",
+        help="run the periodic jobs (the pending-event sweeper); exactly one per deployment",
+    )
+    scheduler.set_defaults(handler=cmd_scheduler)
+
+    migrate = sub.add_parser("migrate", help="bring the database schema up to date")
+    migrate.set_defaults(handler=cmd_migrate)
+
+    replay = sub.add_parser(
+        "replay",
+        help="replay a BEIR-format dataset (or a generated workload) as live events",
+        description="Retrieve with a built-in BM25 for each query of a BEIR-format dataset "
+        "(corpus.jsonl, queries.jsonl, qrels/<split>.tsv) and send each retrieval as an event.",
+    )
+    source = replay.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", type=Path, help="folder of a BEIR-format dataset")
+    source.add_argument(
+        "--workload", action="store_true", help="generate a synthetic workload and replay it"
+    )
+    replay.add_argument("--url", default=None, help="base URL of the API (default: from settings)")
+    replay.add_argument("--k", type=int, default=10, help="passages the prompt carries")
+    replay.add_argument("--rate", type=float, default=20.0, help="events per second (0: max)")
+    replay.add_argument("--limit", type=int, help="replay at most this many queries")
+    replay.add_argument("--gold", action="store_true", help="send qrels as gold_passage_ids")
+    replay.add_argument("--batch-size", type=int, default=0, help="events per batch request")
+    replay.add_argument("--app", default="replay", help="the app label of the events")
+    replay.add_argument("--retriever", default="bm25", help="the retriever label of the events")
+    replay.add_argument("--environment", default=None, help="the environment label")
+    replay.add_argument("--split", default="test", help="qrels split to read")
+    replay.set_defaults(handler=cmd_replay)
+
+    show = sub.add_parser("settings", help="print every setting with its value and description")
+    show.set_defaults(handler=cmd_settings)
+    return parser
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+
+def cmd_migrate(_args: argparse.Namespace, settings: Settings) -> int:
+    from service.migrate import upgrade
+
+    upgrade(settings.database_url)
+    log.info("database schema is up to date")
+    return 0
+
+
+def cmd_settings(_args: argparse.Namespace, settings: Settings) -> int:
+    for name, field in Settings.model_fields.items():
+        value = getattr(settings, name)
+        shown = "********" if "key" in name and str(value) else value
+        print(f"RM_{name.upper()}={shown}\n    {field.description}")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    if not settings.redis_url:
+        print("retrieval-monitor worker: set RM_REDIS_URL to the broker's URL", file=sys.stderr)
+        return 2
+    concurrency = args.concurrency or settings.worker_concurrency
+    command = worker_command(concurrency, args.with_scheduler, settings)
+    os.execvp(command[0], command)
+    return 0  # pragma: no cover - execvp does not return
+
+
+def worker_command(concurrency: int, with_scheduler: bool, settings: Settings) -> list[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.celery_app",
+        "worker",
+        "--concurrency",
+        str(concurrency),
+        "--queues",
+        settings.queue_name,
+        "--loglevel",
+        settings.log_level,
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    if with_scheduler:
+        schedule = Path(settings.data_dir) / "celerybeat-schedule"
+        schedule.parent.mkdir(parents=True, exist_ok=True)
+        command += ["--beat", "--schedule", str(schedule)]
+    return command
+
+
+def cmd_scheduler(_args: argparse.Namespace, settings: Settings) -> int:
+    if not settings.redis_url:
+        print("retrieval-monitor scheduler: set RM_REDIS_URL", file=sys.stderr)
+        return 2
+    schedule = Path(settings.data_dir) / "celerybeat-schedule"
+    schedule.parent.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.celery_app",
+        "beat",
+        "--schedule",
+        str(schedule),
+        "--loglevel",
+        settings.log_level,
+    ]
+    os.execvp(command[0], command)
+    return 0  # pragma: no cover
+
+
+def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from service.replay.replay import ReplayConfig, run_replay
+    from service.replay.workload import generate_workload
+
+    dataset = args.dataset
+    if args.workload:
+        dataset = generate_workload(Path(settings.data_dir) / "workload")
+    url = args.url or f"http://{settings.host}:{settings.port}"
+    report = run_replay(
+        ReplayConfig(
+            base_url=url,
+            dataset=dataset,
+            k=args.k,
+            rate=args.rate,
+            limit=args.limit,
+            gold=args.gold,
+            app=args.app,
+            retriever=args.retriever,
+            environment=args.environment,
+            batch_size=args.batch_size,
+            split=args.split,
+        )
+    )
+    print(report.summary())
+    return 0 if report.rejected == 0 else 1
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from service.api.app import create_app
+    from service.embedded import EmbeddedRedis
+    from service.migrate import upgrade
+
+    overrides: dict[str, object] = {}
+    if args.host:
+        overrides["host"] = args.host
+    if args.port:
+        overrides["port"] = args.port
+    embedded: EmbeddedRedis | None = None
+    if not settings.redis_url:
+        embedded = EmbeddedRedis.start(Path(settings.data_dir) / "redis")
+        overrides["redis_url"] = embedded.url
+        log.info("embedded Redis started", extra={"url": embedded.url})
+    settings = settings.model_copy(update=overrides)
+    upgrade(settings.database_url)
+
+    worker: subprocess.Popen[bytes] | None = None
+    if not args.no_worker:
+        env = {**os.environ, "RM_REDIS_URL": settings.redis_url}
+        env["RM_DATABASE_URL"] = settings.database_url
+        worker = subprocess.Popen(
+            worker_command(settings.worker_concurrency, True, settings), env=env
+        )
+        log.info("worker started", extra={"pid": worker.pid})
+
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=10,
+        )
+    )
+    if args.demo:
+        threading.Thread(
+            target=_run_demo,
+            args=(settings, server, args.demo_queries, args.exit_after_demo),
+            daemon=True,
+        ).start()
+    try:
+        server.run()
+    finally:
+        if worker is not None:
+            # SIGTERM lets Celery finish (or, with acks_late, requeue) the task in hand.
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        if embedded is not None:
+            embedded.stop()
+    return 0
+
+
+def _run_demo(settings: Settings, server: object, queries: int, exit_after: bool) -> None:
+    from service.demo import run_demo
+
+    ok = run_demo(settings, queries)
+    if exit_after:
+        setattr(server, "should_exit", True)  # noqa: B010 - uvicorn's documented stop flag
+        if not ok:
+            os._exit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

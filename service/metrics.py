@@ -1,0 +1,135 @@
+"""Every exported metric, defined once.
+
+Names follow ``retrieval_monitor_<subsystem>_<name>_<unit>``; counters end in ``_total``. The values
+live in Redis (see ``service.aggregates``) so that every API process and replica reports the same
+global numbers: dashboards and rules aggregate across instances with ``max``, never ``sum``.
+
+Families (labels in brackets):
+- retrieval_monitor_measure_<measure> histogram [app, retriever, environment, judge, prompt_version]
+  for every measure of ``MEASURE_BUCKETS``
+- retrieval_monitor_events_accepted_total [app, retriever, environment]
+- retrieval_monitor_events_duplicate_total [app, retriever, environment]
+- retrieval_monitor_events_rejected_total [reason]
+- retrieval_monitor_events_judged_total [app, retriever, environment, judge, prompt_version]
+- retrieval_monitor_events_failed_total [app, retriever, environment, judge, prompt_version]
+- retrieval_monitor_events_missing_measures_total [app, retriever, environment, judge,
+  prompt_version]: judged events whose top-k had a missing label, so no measure was computed
+- retrieval_monitor_feedback_total [app, retriever, environment]
+- retrieval_monitor_judge_calls_total [judge, outcome]  (outcome: ok, malformed, error)
+- retrieval_monitor_judge_tokens_total [judge, kind]  (kind: prompt, completion)
+- retrieval_monitor_judge_failures_total [judge, reason]
+- retrieval_monitor_judge_labels_missing_total [judge]
+- retrieval_monitor_judge_labels_total [judge]
+- retrieval_monitor_judge_cache_hits_total [judge]
+- retrieval_monitor_judge_latency_seconds histogram [judge]
+- retrieval_monitor_pipeline_lag_seconds histogram [app]: from receipt to the measures' export
+- retrieval_monitor_queue_depth gauge [queue]
+- retrieval_monitor_oldest_pending_event_age_seconds gauge
+- retrieval_monitor_events_pending gauge
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+NAMESPACE = "retrieval_monitor"
+
+MeasureLabels = ("app", "retriever", "environment", "judge", "prompt_version")
+EventLabels = ("app", "retriever", "environment")
+
+_UNIT = tuple(round(0.1 * i, 1) for i in range(1, 11))
+# T and T_u grow with the number of relevant passages (up to (1-a)*K) and go down to -a*K.
+_T_BUCKETS = (-2.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+_RATIO_BUCKETS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0)
+
+MEASURE_BUCKETS: dict[str, tuple[float, ...]] = {
+    "precision": _UNIT,
+    "hit": (0.5, 1.0),
+    "rr": (0.1, 0.2, 0.25, 1 / 3, 0.5, 1.0),
+    "ndcg": _UNIT,
+    "t": _T_BUCKETS,
+    "t_u": _T_BUCKETS,
+    "f_e": _UNIT,
+    "context_relevance": (0.0, 0.5, 1.0),
+    "k_over_np_est": _RATIO_BUCKETS,
+    "recall": _UNIT,
+    "f": _UNIT,
+    "ndcg_gold": _UNIT,
+}
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+LAG_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+
+Kind = Literal["counter", "histogram", "gauge"]
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # without the namespace and, for counters, without _total
+    kind: Kind
+    help: str
+    labels: tuple[str, ...]
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def full_name(self) -> str:
+        return f"{NAMESPACE}_{self.name}"
+
+
+def _counter(name: str, help_text: str, labels: tuple[str, ...]) -> Family:
+    return Family(name, "counter", help_text, labels)
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in [
+        *(
+            Family(
+                f"measure_{measure}",
+                "histogram",
+                f"Per-event {measure} of the judged top-k passages.",
+                MeasureLabels,
+                buckets,
+            )
+            for measure, buckets in MEASURE_BUCKETS.items()
+        ),
+        _counter("events_accepted", "Events accepted and committed.", EventLabels),
+        _counter("events_duplicate", "Events sent again with a known event_id.", EventLabels),
+        _counter("events_rejected", "Events refused at ingest, by reason.", ("reason",)),
+        _counter("events_judged", "Events judged and scored.", MeasureLabels),
+        _counter("events_failed", "Events whose judging failed for good.", MeasureLabels),
+        _counter(
+            "events_missing_measures",
+            "Judged events with a missing label in the top k (their measures are missing).",
+            MeasureLabels,
+        ),
+        _counter("feedback", "Feedback (response grades, correctness) received.", EventLabels),
+        _counter("judge_calls", "Calls to the judge, by outcome.", ("judge", "outcome")),
+        _counter("judge_tokens", "Tokens the judge consumed, by kind.", ("judge", "kind")),
+        _counter("judge_failures", "Judge failures, by reason.", ("judge", "reason")),
+        _counter("judge_labels", "Passage labels the judge produced.", ("judge",)),
+        _counter("judge_labels_missing", "Passage labels missing after retries.", ("judge",)),
+        _counter("judge_cache_hits", "Passage labels served from the label cache.", ("judge",)),
+        Family(
+            "judge_latency_seconds",
+            "histogram",
+            "Wall time of one judge call.",
+            ("judge",),
+            LATENCY_BUCKETS,
+        ),
+        Family(
+            "pipeline_lag_seconds",
+            "histogram",
+            "Time from an event's receipt to its measures being exported.",
+            ("app",),
+            LAG_BUCKETS,
+        ),
+    ]
+}
+
+QUEUE_DEPTH = Family("queue_depth", "gauge", "Judge tasks waiting in the queue.", ("queue",))
+OLDEST_PENDING_AGE = Family(
+    "oldest_pending_event_age_seconds", "gauge", "Age of the oldest event not yet judged.", ()
+)
+EVENTS_PENDING = Family("events_pending", "gauge", "Events accepted and not yet judged.", ())

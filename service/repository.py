@@ -1,0 +1,485 @@
+"""Every database query of the project. Routes and tasks call these; none writes SQL itself."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col
+
+from service.models import (
+    Event,
+    EventStatus,
+    JudgeRun,
+    Judgment,
+    LabelCache,
+    Passage,
+    Score,
+    table,
+)
+from service.schemas import EventIn, FeedbackIn
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def payload_hash(event: EventIn) -> str:
+    """Identity of an event's content, to tell a resend from a different event reusing an id."""
+    body = event.model_dump(mode="json", exclude={"event_id"}, exclude_none=True)
+    return text_hash(json.dumps(body, sort_keys=True, separators=(",", ":")))
+
+
+def passage_key(passage_id: str | None, content_hash: str) -> str:
+    # Passages without an app id get a stable id from their content.
+    return passage_id if passage_id is not None else f"sha256:{content_hash[:16]}"
+
+
+# --- ingest -------------------------------------------------------------------------------------
+
+IngestOutcome = Literal["accepted", "duplicate", "conflict"]
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    event_id: str
+    outcome: IngestOutcome
+    pk: int | None
+
+
+def _event_row(tenant: str, event_id: str, event: EventIn, now: datetime) -> dict[str, Any]:
+    return {
+        "tenant": tenant,
+        "event_id": event_id,
+        "payload_hash": payload_hash(event),
+        "timestamp": event.timestamp or now,
+        "received_at": now,
+        "app": event.app,
+        "retriever": event.retriever,
+        "environment": event.environment or "",
+        "query": event.query,
+        "k": event.effective_k,
+        "passage_count": len(event.passages),
+        "candidates": (
+            [c.model_dump(mode="json") for c in event.candidates] if event.candidates else None
+        ),
+        "gold_passage_ids": event.gold_passage_ids,
+        "response": event.response,
+        "response_grade": event.response_grade,
+        "answer_correct": event.answer_correct,
+        "event_metadata": event.metadata,
+        "status": EventStatus.PENDING.value,
+        "enqueued_at": now,
+    }
+
+
+def _passage_rows(event_pk: int, event: EventIn) -> list[dict[str, Any]]:
+    rows = []
+    for rank, passage in enumerate(event.passages, start=1):
+        digest = text_hash(passage.text)
+        rows.append(
+            {
+                "event_pk": event_pk,
+                "rank": rank,
+                "passage_id": passage_key(passage.id, digest),
+                "text": passage.text,
+                "score": passage.score,
+                "content_hash": digest,
+            }
+        )
+    return rows
+
+
+def insert_events(
+    session: Session, tenant: str, events: Sequence[tuple[str, EventIn]], now: datetime
+) -> list[InsertResult]:
+    """Store new events in one transaction; known ids come back as duplicate or conflict.
+
+    The caller commits. A concurrent insert of the same id surfaces as IntegrityError at commit
+    time; ``insert_events_one_by_one`` resolves that case.
+    """
+    ids = [event_id for event_id, _ in events]
+    existing = {
+        row.event_id: row.payload_hash
+        for row in session.execute(
+            select(col(Event.event_id), col(Event.payload_hash)).where(
+                col(Event.tenant) == tenant,
+                col(Event.event_id).in_(ids),
+            )
+        )
+    }
+    results: list[InsertResult] = []
+    passage_rows: list[dict[str, Any]] = []
+    seen_in_batch: dict[str, str] = {}
+    for event_id, event in events:
+        known_hash = existing.get(event_id) or seen_in_batch.get(event_id)
+        if known_hash is not None:
+            outcome: IngestOutcome = (
+                "duplicate" if known_hash == payload_hash(event) else "conflict"
+            )
+            results.append(InsertResult(event_id, outcome, None))
+            continue
+        row = _event_row(tenant, event_id, event, now)
+        pk = session.execute(
+            table(Event).insert().values(**_column_names(row)).returning(table(Event).c.id)
+        ).scalar_one()
+        seen_in_batch[event_id] = row["payload_hash"]
+        passage_rows.extend(_passage_rows(pk, event))
+        results.append(InsertResult(event_id, "accepted", pk))
+    if passage_rows:
+        session.execute(table(Passage).insert(), passage_rows)
+    return results
+
+
+def _column_names(row: dict[str, Any]) -> dict[str, Any]:
+    # The attribute ``event_metadata`` is stored in the column ``metadata``.
+    out = dict(row)
+    if "event_metadata" in out:
+        out["metadata"] = out.pop("event_metadata")
+    return out
+
+
+def insert_events_one_by_one(
+    session: Session, tenant: str, events: Sequence[tuple[str, EventIn]], now: datetime
+) -> list[InsertResult]:
+    """Slow path after a unique-key race: each event in its own transaction."""
+    results: list[InsertResult] = []
+    for item in events:
+        try:
+            results.extend(insert_events(session, tenant, [item], now))
+            session.commit()
+        except IntegrityError:
+            session.rollback()
+            results.extend(insert_events(session, tenant, [item], now))
+            session.commit()
+    return results
+
+
+def mark_enqueued(session: Session, event_pks: Sequence[int], now: datetime) -> None:
+    if event_pks:
+        session.execute(update(Event).where(col(Event.id).in_(event_pks)).values(enqueued_at=now))
+
+
+def pending_to_requeue(session: Session, stale_before: datetime, limit: int) -> list[int]:
+    rows = session.execute(
+        select(col(Event.id))
+        .where(col(Event.status) == EventStatus.PENDING.value)
+        .where((col(Event.enqueued_at).is_(None)) | (col(Event.enqueued_at) < stale_before))
+        .order_by(col(Event.received_at))
+        .limit(limit)
+    )
+    return [row[0] for row in rows]
+
+
+@dataclass(frozen=True)
+class PendingSummary:
+    count: int
+    oldest_received_at: datetime | None
+
+
+def pending_summary(session: Session) -> PendingSummary:
+    count, oldest = session.execute(
+        select(func.count(), func.min(col(Event.received_at))).where(
+            col(Event.status) == EventStatus.PENDING.value
+        )
+    ).one()
+    return PendingSummary(int(count), _aware(oldest))
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    # SQLite hands datetimes back naive; they were written as UTC.
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment
+
+
+def find_event(session: Session, tenant: str, event_id: str) -> Event | None:
+    return session.execute(
+        select(Event).where(col(Event.tenant) == tenant, col(Event.event_id) == event_id)
+    ).scalar_one_or_none()
+
+
+def record_feedback(session: Session, event: Event, feedback: FeedbackIn) -> None:
+    values = feedback.model_dump(exclude_none=True)
+    session.execute(update(Event).where(col(Event.id) == event.id).values(**values))
+
+
+# --- judging ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PassageForJudging:
+    rank: int
+    passage_id: str
+    text: str
+    content_hash: str
+
+
+@dataclass(frozen=True)
+class EventForJudging:
+    pk: int
+    event_id: str
+    tenant: str
+    app: str
+    retriever: str
+    environment: str
+    query: str
+    k: int
+    status: str
+    received_at: datetime
+    gold_passage_ids: list[str] | None
+    passages: list[PassageForJudging]  # top k and the window up to 2k, in rank order
+
+
+def load_for_judging(session: Session, event_pk: int) -> EventForJudging | None:
+    event = session.get(Event, event_pk)
+    if event is None:
+        return None
+    window = 2 * event.k
+    passages = session.execute(
+        select(
+            col(Passage.rank), col(Passage.passage_id), col(Passage.text), col(Passage.content_hash)
+        )
+        .where(col(Passage.event_pk) == event_pk, col(Passage.rank) <= window)
+        .order_by(col(Passage.rank))
+    ).all()
+    received = _aware(event.received_at) or utcnow()
+    return EventForJudging(
+        pk=event_pk,
+        event_id=event.event_id,
+        tenant=event.tenant,
+        app=event.app,
+        retriever=event.retriever,
+        environment=event.environment,
+        query=event.query,
+        k=event.k,
+        status=event.status,
+        received_at=received,
+        gold_passage_ids=event.gold_passage_ids,
+        passages=[PassageForJudging(*row) for row in passages],
+    )
+
+
+@dataclass(frozen=True)
+class JudgeIdentity:
+    judge: str
+    model: str
+    prompt_version: str
+
+
+def cached_labels(
+    session: Session, who: JudgeIdentity, query_hash: str, passage_hashes: Sequence[str]
+) -> dict[str, int]:
+    if not passage_hashes:
+        return {}
+    rows = session.execute(
+        select(col(LabelCache.passage_hash), col(LabelCache.grade)).where(
+            col(LabelCache.judge) == who.judge,
+            col(LabelCache.model) == who.model,
+            col(LabelCache.prompt_version) == who.prompt_version,
+            col(LabelCache.query_hash) == query_hash,
+            col(LabelCache.passage_hash).in_(list(set(passage_hashes))),
+        )
+    )
+    return {row[0]: int(row[1]) for row in rows}
+
+
+def score_exists(session: Session, event_pk: int, who: JudgeIdentity) -> bool:
+    return (
+        session.execute(
+            select(col(Score.id)).where(
+                col(Score.event_pk) == event_pk,
+                col(Score.judge) == who.judge,
+                col(Score.prompt_version) == who.prompt_version,
+            )
+        ).first()
+        is not None
+    )
+
+
+@dataclass(frozen=True)
+class JudgingResult:
+    grades: Sequence[int | None]  # per passage in rank order, as in EventForJudging.passages
+    from_cache: Sequence[bool]
+    context_rating: int | None
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    malformed_replies: int
+    new_cache_entries: dict[str, int]  # passage hash (or ctx: key) -> grade
+    query_hash: str
+    measures: dict[str, float | None]
+    np_window: int
+    alpha: float
+    threshold: int
+
+
+def store_judging(
+    session: Session, event: EventForJudging, who: JudgeIdentity, result: JudgingResult
+) -> bool:
+    """Write judgments, the run, new cache entries and the score, and mark the event judged.
+
+    One transaction; False when the score already existed (a redelivered task), in which case
+    nothing is written.
+    """
+    if score_exists(session, event.pk, who):
+        return False
+    now = utcnow()
+    session.execute(
+        table(Judgment).insert(),
+        [
+            {
+                "event_pk": event.pk,
+                "rank": passage.rank,
+                "judge": who.judge,
+                "model": who.model,
+                "prompt_version": who.prompt_version,
+                "grade": grade,
+                "relevant": None if grade is None else grade >= result.threshold,
+                "from_cache": cached,
+                "created_at": now,
+            }
+            for passage, grade, cached in zip(
+                event.passages, result.grades, result.from_cache, strict=True
+            )
+        ],
+    )
+    session.add(
+        JudgeRun(
+            event_pk=event.pk,
+            judge=who.judge,
+            model=who.model,
+            prompt_version=who.prompt_version,
+            context_rating=result.context_rating,
+            calls=result.calls,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            cache_hits=sum(result.from_cache),
+            missing_labels=sum(g is None for g in result.grades),
+            malformed_replies=result.malformed_replies,
+            created_at=now,
+        )
+    )
+    _insert_ignore(
+        session,
+        LabelCache,
+        [
+            {
+                "judge": who.judge,
+                "model": who.model,
+                "prompt_version": who.prompt_version,
+                "query_hash": result.query_hash,
+                "passage_hash": passage_hash,
+                "grade": grade,
+                "created_at": now,
+            }
+            for passage_hash, grade in result.new_cache_entries.items()
+        ],
+    )
+    measure_columns = {
+        name: value for name, value in result.measures.items() if name in Score.model_fields
+    }
+    measure_columns.pop("alpha", None)
+    session.add(
+        Score.model_validate(
+            {
+                "event_pk": event.pk,
+                "judge": who.judge,
+                "prompt_version": who.prompt_version,
+                "alpha": result.alpha,
+                "np_window": result.np_window,
+                "created_at": now,
+                **measure_columns,
+            }
+        )
+    )
+    session.execute(
+        update(Event)
+        .where(col(Event.id) == event.pk)
+        .values(status=EventStatus.JUDGED.value, judged_at=now, failure_reason=None)
+    )
+    return True
+
+
+def mark_failed(session: Session, event_pk: int, reason: str) -> None:
+    session.execute(
+        update(Event)
+        .where(col(Event.id) == event_pk, col(Event.status) == EventStatus.PENDING.value)
+        .values(status=EventStatus.FAILED.value, failure_reason=reason[:500])
+    )
+
+
+def _insert_ignore(session: Session, model: type[Any], rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    target = table(model)
+    dialect = session.get_bind().dialect.name
+    statement: Any
+    if dialect == "postgresql":
+        statement = postgresql.insert(target).on_conflict_do_nothing()
+    elif dialect == "sqlite":
+        statement = sqlite.insert(target).on_conflict_do_nothing()
+    else:  # pragma: no cover - only the two dialects above are supported
+        raise RuntimeError(f"unsupported database dialect {dialect}")
+    session.execute(statement, rows)
+
+
+# --- reading an event back ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    event: Event
+    passages: list[Passage]
+    judgments: dict[int, Judgment]  # by rank, for the judge of the score shown
+    run: JudgeRun | None
+    score: Score | None
+
+
+def stored_event(session: Session, event: Event) -> StoredEvent:
+    passages = list(
+        session.execute(
+            select(Passage).where(col(Passage.event_pk) == event.id).order_by(col(Passage.rank))
+        ).scalars()
+    )
+    score = (
+        session.execute(
+            select(Score).where(col(Score.event_pk) == event.id).order_by(col(Score.id).desc())
+        )
+        .scalars()
+        .first()
+    )
+    judgments: dict[int, Judgment] = {}
+    run: JudgeRun | None = None
+    if score is not None:
+        for judgment in session.execute(
+            select(Judgment).where(
+                col(Judgment.event_pk) == event.id,
+                col(Judgment.judge) == score.judge,
+                col(Judgment.prompt_version) == score.prompt_version,
+            )
+        ).scalars():
+            judgments[judgment.rank] = judgment
+        run = session.execute(
+            select(JudgeRun).where(
+                col(JudgeRun.event_pk) == event.id,
+                col(JudgeRun.judge) == score.judge,
+                col(JudgeRun.prompt_version) == score.prompt_version,
+            )
+        ).scalar_one_or_none()
+    return StoredEvent(event, passages, judgments, run, score)
+
+
+def older_than(now: datetime, seconds: float) -> datetime:
+    return now - timedelta(seconds=seconds)

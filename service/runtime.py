@@ -1,0 +1,36 @@
+"""The long-lived parts a process needs (database engine, Redis, task sender), built once from
+the settings and handed to routes and tasks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from redis import Redis
+from sqlalchemy import Engine
+
+from service.aggregates import Aggregates
+from service.db import get_engine
+from service.settings import Settings
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+
+    @cached_property
+    def engine(self) -> Engine:
+        return get_engine(self.settings.database_url)
+
+    @cached_property
+    def redis(self) -> Redis:
+        if not self.settings.redis_url:
+            raise RuntimeError(
+                "RM_REDIS_URL is empty: run `retrieval-monitor serve`, which starts an embedded "
+                "Redis, or set RM_REDIS_URL to a Redis server"
+            )
+        return Redis.from_url(self.settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+
+    @cached_property
+    def aggregates(self) -> Aggregates:
+        return Aggregates(self.redis)

@@ -1,0 +1,207 @@
+"""The v1 wire contract: what apps send and what the API answers.
+
+Structural rules (types, required fields) live on the models; the limits that operators tune
+(passage count, text lengths) are settings, checked by ``check_limits`` so a change of setting needs
+no code change.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from service.settings import Settings
+
+
+class PassageIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(None, max_length=200, description="The app's id of the passage.")
+    text: str = Field(description="The passage text as the prompt carried it.")
+    score: float | None = Field(None, description="The retriever's own score, if any.")
+
+    @field_validator("text")
+    @classmethod
+    def text_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("passage text is empty")
+        return value
+
+
+class CandidateIn(BaseModel):
+    """A first-stage passage when a reranker sits between the retriever and the prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(max_length=200)
+    score: float | None = None
+
+
+class EventIn(BaseModel):
+    """One retrieval as the app saw it: the query and the ranked passages the prompt carried."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    event_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9._:\-]+$",
+        description="Client idempotency key; generated when absent.",
+    )
+    timestamp: datetime | None = Field(None, description="When the retrieval ran (default: now).")
+    app: str = Field(min_length=1, description="The application (a metric label).")
+    retriever: str = Field(min_length=1, description="Retriever name/version (a metric label).")
+    environment: str | None = Field(None, description="e.g. prod, staging (a metric label).")
+    query: str = Field(description="The text the retriever got.")
+    passages: list[PassageIn] = Field(description="Ranked passages; order is rank.")
+    k: int | None = Field(
+        None,
+        description="How many passages the prompt carries (default: all). Passages after k "
+        "(up to 2k) only estimate the number of relevant passages.",
+    )
+    candidates: list[CandidateIn] | None = Field(
+        None, description="The first-stage list when a reranker sits before the prompt."
+    )
+    gold_passage_ids: list[str] | None = Field(
+        None, description="Hand-marked passage ids that answer the query (gold traffic)."
+    )
+    response: str | None = Field(None, description="The answer the model wrote.")
+    response_grade: int | None = Field(None, ge=1, le=5, description="Answer quality 1-5.")
+    answer_correct: bool | None = None
+    metadata: dict[str, Any] | None = Field(None, description="Small, never a metric label.")
+
+    @field_validator("query")
+    @classmethod
+    def query_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("query is empty")
+        return value
+
+    @field_validator("passages")
+    @classmethod
+    def passages_not_empty(cls, value: list[PassageIn]) -> list[PassageIn]:
+        if not value:
+            raise ValueError("an event needs at least one passage")
+        return value
+
+    @model_validator(mode="after")
+    def k_within_passages(self) -> EventIn:
+        if self.k is not None and not 1 <= self.k <= len(self.passages):
+            raise ValueError(
+                f"k must be between 1 and the number of passages ({len(self.passages)}), "
+                f"got {self.k}"
+            )
+        ids = [p.id for p in self.passages if p.id is not None]
+        if len(ids) != len(set(ids)):
+            raise ValueError("passage ids must be unique within an event")
+        return self
+
+    @property
+    def effective_k(self) -> int:
+        return self.k if self.k is not None else len(self.passages)
+
+
+def check_limits(event: EventIn, settings: Settings) -> list[str]:
+    """Every operator-set limit the event breaks, each as a message naming the limit."""
+    problems: list[str] = []
+    if len(event.passages) > settings.max_passages:
+        problems.append(
+            f"too many passages: {len(event.passages)} > max_passages {settings.max_passages}"
+        )
+    if len(event.query) > settings.max_query_chars:
+        problems.append(
+            f"query too long: {len(event.query)} characters > max_query_chars "
+            f"{settings.max_query_chars}"
+        )
+    for rank, passage in enumerate(event.passages, start=1):
+        if len(passage.text) > settings.max_passage_chars:
+            problems.append(
+                f"passage {rank} too long: {len(passage.text)} characters > max_passage_chars "
+                f"{settings.max_passage_chars}"
+            )
+    for name in ("app", "retriever", "environment"):
+        value = getattr(event, name)
+        if value is not None and len(value) > settings.max_label_chars:
+            problems.append(f"{name} too long: > max_label_chars {settings.max_label_chars}")
+    if event.metadata is not None:
+        size = len(json.dumps(event.metadata, separators=(",", ":")).encode())
+        if size > settings.max_metadata_bytes:
+            problems.append(
+                f"metadata too large: {size} bytes > max_metadata_bytes "
+                f"{settings.max_metadata_bytes}"
+            )
+    if event.candidates is not None and len(event.candidates) > settings.max_passages * 10:
+        problems.append(f"too many candidates: > {settings.max_passages * 10}")
+    return problems
+
+
+class BatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[dict[str, Any]] = Field(
+        description="Events as in POST /v1/events; each is validated on its own."
+    )
+
+
+class FeedbackIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    response: str | None = None
+    response_grade: int | None = Field(None, ge=1, le=5)
+    answer_correct: bool | None = None
+
+    @model_validator(mode="after")
+    def something_given(self) -> FeedbackIn:
+        if self.response is None and self.response_grade is None and self.answer_correct is None:
+            raise ValueError("give response_grade, answer_correct or response")
+        return self
+
+
+IngestStatus = Literal["accepted", "duplicate", "rejected"]
+
+
+class IngestResult(BaseModel):
+    event_id: str | None
+    status: IngestStatus
+    error: str | None = None
+
+
+class BatchResult(BaseModel):
+    accepted: int
+    duplicate: int
+    rejected: int
+    results: list[IngestResult]
+
+
+class PassageView(BaseModel):
+    id: str
+    rank: int
+    grade: int | None
+    relevant: bool | None
+    in_top_k: bool
+    gold: bool | None
+
+
+class EventView(BaseModel):
+    event_id: str
+    status: str
+    timestamp: datetime
+    received_at: datetime
+    app: str
+    retriever: str
+    environment: str | None
+    query: str
+    k: int
+    judge: str | None
+    prompt_version: str | None
+    context_rating: int | None
+    passages: list[PassageView]
+    measures: dict[str, float | None]
+    gold_passage_ids: list[str] | None
+    response_grade: int | None
+    answer_correct: bool | None
+    failure_reason: str | None

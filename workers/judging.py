@@ -1,0 +1,229 @@
+"""Judging one event: cached labels first, one judge call for the rest, then measures, stored in
+one transaction, then exported once.
+
+Every step can run twice (a redelivered task, a crash between the commit and the export) without
+counting twice: the score row is unique per (event, judge, prompt version), and the export is
+guarded by a marker in Redis set atomically with the increments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from service import repository
+from service.aggregates import Delta
+from service.db import session_scope
+from service.measures import EventLabels, compute_measures
+from service.metrics import MEASURE_BUCKETS
+from service.models import JudgeRun, Score
+from service.repository import EventForJudging, JudgeIdentity
+from service.runtime import Runtime
+from workers.judge.base import Judge
+from workers.judge.prompt import JudgeRequest
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["judged", "already_judged", "not_found"]
+
+
+def context_cache_key(event: EventForJudging) -> str:
+    top_k = [p.content_hash for p in event.passages[: event.k]]
+    return "ctx:" + hashlib.sha256("".join(top_k).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which passages go to the judge (indexes into event.passages) and whether to rate context."""
+
+    send: list[int]
+    rate_context: bool
+
+
+def plan_call(event: EventForJudging, cached: dict[str, int]) -> Plan:
+    rate_context = context_cache_key(event) not in cached
+    top_k = range(min(event.k, len(event.passages)))
+    # The context rating needs the whole top-k in front of the judge, cached or not.
+    send = list(top_k) if rate_context else []
+    seen = {event.passages[i].content_hash for i in send}
+    for index, passage in enumerate(event.passages):
+        if index in send:
+            continue
+        if passage.content_hash not in cached and passage.content_hash not in seen:
+            send.append(index)
+            seen.add(passage.content_hash)
+    return Plan(send=send, rate_context=rate_context)
+
+
+def judge_event(runtime: Runtime, judge: Judge, event_pk: int) -> Outcome:
+    settings = runtime.settings
+    who = judge.identity
+    with session_scope(runtime.engine) as session:
+        event = repository.load_for_judging(session, event_pk)
+        if event is None:
+            log.warning("judge task for unknown event", extra={"event_pk": event_pk})
+            return "not_found"
+        if repository.score_exists(session, event_pk, who):
+            export(runtime, session, event, who)
+            return "already_judged"
+
+        query_hash = repository.text_hash(event.query)
+        ctx_key = context_cache_key(event)
+        cached = repository.cached_labels(
+            session, who, query_hash, [p.content_hash for p in event.passages] + [ctx_key]
+        )
+    plan = plan_call(event, cached)
+
+    by_hash: dict[str, int | None] = {h: g for h, g in cached.items() if not h.startswith("ctx:")}
+    context_rating = cached.get(ctx_key)
+    new_entries: dict[str, int] = {}
+    calls = prompt_tokens = completion_tokens = malformed = 0
+    latency: float | None = None
+    if plan.send:
+        request = JudgeRequest(
+            query=event.query,
+            passages=tuple(event.passages[i].text for i in plan.send),
+            rate_context=plan.rate_context,
+            top_k_count=min(event.k, len(event.passages)) if plan.rate_context else 0,
+        )
+        reply = judge.judge(request)
+        calls, malformed, latency = reply.calls, reply.malformed_replies, reply.latency_seconds
+        prompt_tokens, completion_tokens = reply.prompt_tokens, reply.completion_tokens
+        for index, grade in zip(plan.send, reply.grades, strict=True):
+            content_hash = event.passages[index].content_hash
+            if grade is not None:
+                new_entries[content_hash] = grade
+                by_hash[content_hash] = grade
+            else:
+                by_hash.setdefault(content_hash, None)
+        if plan.rate_context:
+            context_rating = reply.context_rating
+            if context_rating is not None:
+                new_entries[ctx_key] = context_rating
+
+    sent_hashes = {event.passages[i].content_hash for i in plan.send}
+    grades = [by_hash.get(p.content_hash) for p in event.passages]
+    from_cache = [
+        p.content_hash in cached and p.content_hash not in sent_hashes for p in event.passages
+    ]
+    gold = set(event.gold_passage_ids) if event.gold_passage_ids is not None else None
+    labels = EventLabels(
+        grades=grades,
+        k=event.k,
+        threshold=settings.relevance_threshold,
+        context_rating=context_rating,
+        gold_relevant=[p.passage_id in gold for p in event.passages] if gold is not None else None,
+        n_gold=len(gold) if gold is not None else None,
+    )
+    measures = compute_measures(labels, settings.alpha)
+    result = repository.JudgingResult(
+        grades=grades,
+        from_cache=from_cache,
+        context_rating=context_rating,
+        calls=calls,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        malformed_replies=malformed,
+        new_cache_entries=new_entries,
+        query_hash=query_hash,
+        measures=measures,
+        np_window=int(measures.get("np_window") or 0),
+        alpha=settings.alpha,
+        threshold=settings.relevance_threshold,
+    )
+    with session_scope(runtime.engine) as session:
+        try:
+            stored = repository.store_judging(session, event, who, result)
+            session.commit()
+        except IntegrityError:
+            # The same event judged by a concurrent delivery of the task: theirs stands.
+            session.rollback()
+            stored = False
+        if latency is not None and stored:
+            _observe_latency(runtime, who, latency)
+        export(runtime, session, event, who)
+    return "judged" if stored else "already_judged"
+
+
+def _observe_latency(runtime: Runtime, who: JudgeIdentity, seconds: float) -> None:
+    delta = Delta()
+    delta.observe("judge_latency_seconds", {"judge": who.judge}, seconds)
+    runtime.aggregates.add(delta)
+
+
+def export(runtime: Runtime, session: Session, event: EventForJudging, who: JudgeIdentity) -> bool:
+    """Add this event's score and judging cost to the shared aggregates, once."""
+    score = session.exec(
+        select(Score).where(
+            Score.event_pk == event.pk,
+            Score.judge == who.judge,
+            Score.prompt_version == who.prompt_version,
+        )
+    ).one()
+    run = session.exec(
+        select(JudgeRun).where(
+            JudgeRun.event_pk == event.pk,
+            JudgeRun.judge == who.judge,
+            JudgeRun.prompt_version == who.prompt_version,
+        )
+    ).one_or_none()
+    delta = score_delta(event, who, score, run)
+    delta.observe(
+        "pipeline_lag_seconds",
+        {"app": event.app},
+        max((repository.utcnow() - event.received_at).total_seconds(), 0.0),
+    )
+    return runtime.aggregates.add_once(f"{event.pk}:{who.judge}:{who.prompt_version}", delta)
+
+
+def score_delta(
+    event: EventForJudging, who: JudgeIdentity, score: Score, run: JudgeRun | None
+) -> Delta:
+    labels = {
+        "app": event.app,
+        "retriever": event.retriever,
+        "environment": event.environment,
+        "judge": who.judge,
+        "prompt_version": who.prompt_version,
+    }
+    delta = Delta()
+    delta.inc("events_judged", labels)
+    any_measure = False
+    for measure in MEASURE_BUCKETS:
+        value = getattr(score, measure)
+        if value is not None:
+            delta.observe(f"measure_{measure}", labels, float(value))
+            if measure not in {"context_relevance", "recall", "f", "ndcg_gold"}:
+                any_measure = True
+    if not any_measure:
+        delta.inc("events_missing_measures", labels)
+    if run is not None:
+        judge_label = {"judge": who.judge}
+        total_labels = len(event.passages)
+        delta.inc("judge_labels", judge_label, total_labels - run.missing_labels)
+        if run.missing_labels:
+            delta.inc("judge_labels_missing", judge_label, run.missing_labels)
+        if run.cache_hits:
+            delta.inc("judge_cache_hits", judge_label, run.cache_hits)
+        if run.calls:
+            ok_calls = run.calls - run.malformed_replies
+            if ok_calls > 0:
+                delta.inc("judge_calls", {"judge": who.judge, "outcome": "ok"}, ok_calls)
+            if run.malformed_replies:
+                delta.inc(
+                    "judge_calls",
+                    {"judge": who.judge, "outcome": "malformed"},
+                    run.malformed_replies,
+                )
+        if run.prompt_tokens:
+            delta.inc("judge_tokens", {"judge": who.judge, "kind": "prompt"}, run.prompt_tokens)
+        if run.completion_tokens:
+            delta.inc(
+                "judge_tokens", {"judge": who.judge, "kind": "completion"}, run.completion_tokens
+            )
+    return delta

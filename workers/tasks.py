@@ -1,0 +1,95 @@
+"""Celery tasks, registered by name (``<stage>.<verb>``) so the service can send them without
+importing this module. A task opens what it needs and calls the judging code; it holds no logic."""
+
+from __future__ import annotations
+
+import logging
+from functools import cache
+
+from celery import Task
+
+from service import repository
+from service.aggregates import Delta
+from service.db import session_scope
+from service.queue import JUDGE_TASK, SWEEP_TASK
+from service.runtime import Runtime
+from service.settings import get_settings
+from workers import judging
+from workers.celery_app import app
+from workers.judge import Judge, make_judge
+from workers.judge.base import TransientJudgeError
+
+log = logging.getLogger(__name__)
+
+# Transient judge failures are retried for about an hour in all (capped backoff), then the event
+# is marked failed: still stored, visible, and re-judgeable, never silently dropped.
+MAX_TASK_RETRIES = 12
+MAX_COUNTDOWN_SECONDS = 300
+
+
+@cache
+def runtime() -> Runtime:
+    return Runtime(get_settings())
+
+
+@cache
+def judge() -> Judge:
+    return make_judge(get_settings())
+
+
+@app.task(name=JUDGE_TASK, bind=True, max_retries=MAX_TASK_RETRIES)  # type: ignore[untyped-decorator]
+def judge_event(self: Task, event_pk: int) -> str:
+    rt, current = runtime(), judge()
+    try:
+        return judging.judge_event(rt, current, event_pk)
+    except TransientJudgeError as exc:
+        delta = Delta()
+        delta.inc("judge_failures", {"judge": current.identity.judge, "reason": exc.reason})
+        rt.aggregates.add(delta)
+        if self.request.retries >= MAX_TASK_RETRIES:
+            _give_up(rt, current, event_pk, f"judge unavailable: {exc.reason}")
+            return "failed"
+        countdown = min(MAX_COUNTDOWN_SECONDS, 2 ** (self.request.retries + 2))
+        log.warning(
+            "judge failed, retrying",
+            extra={"event_pk": event_pk, "reason": exc.reason, "countdown": countdown},
+        )
+        raise self.retry(exc=exc, countdown=countdown) from exc
+
+
+def _give_up(rt: Runtime, current: Judge, event_pk: int, reason: str) -> None:
+    with session_scope(rt.engine) as session:
+        event = repository.load_for_judging(session, event_pk)
+        repository.mark_failed(session, event_pk, reason)
+        session.commit()
+    if event is not None:
+        who = current.identity
+        delta = Delta()
+        delta.inc(
+            "events_failed",
+            {
+                "app": event.app,
+                "retriever": event.retriever,
+                "environment": event.environment,
+                "judge": who.judge,
+                "prompt_version": who.prompt_version,
+            },
+        )
+        rt.aggregates.add_once(f"failed:{event_pk}:{who.judge}:{who.prompt_version}", delta)
+
+
+@app.task(name=SWEEP_TASK)  # type: ignore[untyped-decorator]
+def sweep_pending() -> int:
+    """Re-enqueue events left pending (a lost task, a Redis restart, a failed enqueue)."""
+    rt = runtime()
+    now = repository.utcnow()
+    stale_before = repository.older_than(now, rt.settings.pending_requeue_seconds)
+    with session_scope(rt.engine) as session:
+        pks = repository.pending_to_requeue(session, stale_before, limit=10_000)
+        for pk in pks:
+            app.send_task(JUDGE_TASK, args=[pk], queue=rt.settings.queue_name)
+        repository.mark_enqueued(session, pks, now)
+        session.commit()
+    if pks:
+        log.info("re-enqueued pending events", extra={"count": len(pks)})
+    return len(pks)
