@@ -10,13 +10,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
 
 from service.aggregates import Aggregates
-from service.metrics import EVENTS_PENDING, FAMILIES, OLDEST_PENDING_AGE, QUEUE_DEPTH
+from service.metrics import EVENTS_PENDING, FAMILIES, OLDEST_PENDING_AGE, QUEUE_DEPTH, Family
 
 
 @dataclass(frozen=True)
@@ -47,18 +46,7 @@ class SharedCollector(Collector):
                     counter.add_metric(list(labels), parts.get("", 0.0))
                 yield counter
             elif family.kind == "histogram":
-                histogram = HistogramMetricFamily(
-                    family.full_name, family.help, labels=family.labels
-                )
-                for labels, parts in sorted(series.items()):
-                    cumulative = 0.0
-                    buckets: list[tuple[str, float]] = []
-                    for index, bound in enumerate(family.buckets):
-                        cumulative += parts.get(f"b{index}", 0.0)
-                        buckets.append((_bound(bound), cumulative))
-                    buckets.append(("+Inf", parts.get("count", 0.0)))
-                    histogram.add_metric(list(labels), buckets, parts.get("sum", 0.0))
-                yield histogram
+                yield _histogram(family, series)
 
         state = self.pipeline_state()
         depth = GaugeMetricFamily(QUEUE_DEPTH.full_name, QUEUE_DEPTH.help, labels=["queue"])
@@ -73,6 +61,26 @@ class SharedCollector(Collector):
             OLDEST_PENDING_AGE.help,
             value=state.oldest_pending_age_seconds,
         )
+
+
+def _histogram(family: Family, series: dict[tuple[str, ...], dict[str, float]]) -> Metric:
+    # Built by hand rather than with HistogramMetricFamily, which drops _sum and _count when a
+    # bucket bound is negative (an OpenMetrics rule); T and T_u go negative, and their rolling
+    # means need rate(_sum) / rate(_count) like every other measure.
+    metric = Metric(family.full_name, family.help, "histogram")
+    for labels, parts in sorted(series.items()):
+        base = dict(zip(family.labels, labels, strict=True))
+        cumulative = 0.0
+        for index, bound in enumerate(family.buckets):
+            cumulative += parts.get(f"b{index}", 0.0)
+            metric.add_sample(
+                f"{family.full_name}_bucket", {**base, "le": _bound(bound)}, cumulative
+            )
+        count = parts.get("count", 0.0)
+        metric.add_sample(f"{family.full_name}_bucket", {**base, "le": "+Inf"}, count)
+        metric.add_sample(f"{family.full_name}_count", base, count)
+        metric.add_sample(f"{family.full_name}_sum", base, parts.get("sum", 0.0))
+    return metric
 
 
 def _bound(bound: float) -> str:

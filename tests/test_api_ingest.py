@@ -93,13 +93,9 @@ def rejected(client: TestClient, body: object, status: int = 422) -> str:
 def test_bad_events_get_clear_4xx_messages(client: TestClient, settings: Settings) -> None:
     assert "query is empty" in rejected(client, make_event(query="  "))
     assert "at least one passage" in rejected(client, {**make_event(), "passages": []})
-    assert "k must be between 1 and the number of passages (4)" in rejected(
-        client, make_event(k=0)
-    )
+    assert "k must be between 1 and the number of passages (4)" in rejected(client, make_event(k=0))
     assert "(4), got 5" in rejected(client, make_event(k=5))
-    assert "passage text is empty" in rejected(
-        client, {**make_event(), "passages": [{"text": ""}]}
-    )
+    assert "passage text is empty" in rejected(client, {**make_event(), "passages": [{"text": ""}]})
     assert "passages" in rejected(client, {**make_event(), "passages": "not a list"})
     assert "k" in rejected(client, {**make_event(), "k": "three"})
     assert "app" in rejected(client, {"query": "q", "retriever": "r", "passages": [{"text": "t"}]})
@@ -117,7 +113,9 @@ def test_limits_come_from_settings(client: TestClient, settings: Settings) -> No
     long_passage = make_event()
     long_passage["passages"][0]["text"] = "x" * (settings.max_passage_chars + 1)
     assert "passage 1 too long" in rejected(client, long_passage)
-    assert "query too long" in rejected(client, make_event(query="q" * (settings.max_query_chars + 1)))
+    assert "query too long" in rejected(
+        client, make_event(query="q" * (settings.max_query_chars + 1))
+    )
     assert "metadata too large" in rejected(
         client, make_event(metadata={"blob": "m" * settings.max_metadata_bytes})
     )

@@ -33,7 +33,8 @@ Outcome = Literal["judged", "already_judged", "not_found"]
 
 
 def context_cache_key(event: EventForJudging) -> str:
-    top_k = [p.content_hash for p in event.passages[: event.k]]
+    # The rating is of the set of passages the prompt carries, whatever their order.
+    top_k = sorted(p.content_hash for p in event.passages[: event.k])
     return "ctx:" + hashlib.sha256("".join(top_k).encode()).hexdigest()
 
 
