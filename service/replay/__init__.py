@@ -1,0 +1,1 @@
+"""Replay of BEIR-format datasets through a small BM25 retriever as live retrieval events."""
