@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from tqdm import tqdm
 
 from service.settings import Settings
 
@@ -57,15 +58,13 @@ def run_demo(settings: Settings, queries: int) -> bool:
 
 def _wait_judged(client: httpx.Client, event_ids: list[str], timeout: float) -> int:
     deadline = time.monotonic() + timeout
-    last = -1
-    while True:
-        done = _judged_count(client)
-        if done != last:
-            print(f"judged {done}/{len(event_ids)} events", flush=True)
-            last = done
-        if done >= len(event_ids) or time.monotonic() > deadline:
-            return done
-        time.sleep(1.0)
+    with tqdm(total=len(event_ids), desc="judged", unit="event") as bar:
+        while True:
+            done = _judged_count(client)
+            bar.update(done - bar.n)
+            if done >= len(event_ids) or time.monotonic() > deadline:
+                return done
+            time.sleep(0.5)
 
 
 def _judged_count(client: httpx.Client) -> int:

@@ -34,3 +34,6 @@ def configure(level: str = "INFO", as_json: bool = True) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # One line per HTTP request or migration plugin drowns what matters at INFO.
+    for noisy in ("httpx", "httpcore", "alembic.runtime.plugins"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

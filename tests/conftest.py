@@ -83,7 +83,7 @@ def postgres_server_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def postgres_url(postgres_server_url: str) -> Iterator[str]:
+def postgres_url(postgres_server_url: str) -> str:
     """The session's PostgreSQL database, migrated and emptied for each test."""
     upgrade(postgres_server_url)
     engine = create_engine(postgres_server_url)
@@ -92,7 +92,7 @@ def postgres_url(postgres_server_url: str) -> Iterator[str]:
             text("TRUNCATE events, passages, judgments, judge_runs, label_cache, scores CASCADE")
         )
     engine.dispose()
-    yield postgres_server_url
+    return postgres_server_url
 
 
 def make_settings(tmp_path: Path, database_url: str, redis_url: str, **extra: object) -> Settings:
@@ -181,18 +181,30 @@ class WorkerProcess:
         self.log.close()
 
 
+class WorkerFactory:
+    """Starts worker processes for a test and stops them all when it ends."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[WorkerProcess] = []
+
+    def __call__(self, settings: Settings, concurrency: int = 1) -> WorkerProcess:
+        worker = WorkerProcess(
+            settings, self.log_dir / f"worker-{len(self.started)}.log", concurrency
+        )
+        self.started.append(worker)
+        return worker
+
+    def stop_all(self) -> None:
+        for worker in self.started:
+            worker.stop()
+
+
 @pytest.fixture
-def worker_factory(tmp_path: Path) -> Iterator[type[WorkerProcess]]:
-    started: list[WorkerProcess] = []
-
-    class Factory(WorkerProcess):
-        def __init__(self, settings: Settings, concurrency: int = 1) -> None:
-            super().__init__(settings, tmp_path / f"worker-{len(started)}.log", concurrency)
-            started.append(self)
-
-    yield Factory
-    for worker in started:
-        worker.stop()
+def worker_factory(tmp_path: Path) -> Iterator[WorkerFactory]:
+    factory = WorkerFactory(tmp_path)
+    yield factory
+    factory.stop_all()
 
 
 def wait_for(predicate: object, timeout: float = 60.0, interval: float = 0.2) -> None:
@@ -213,3 +225,32 @@ def http_ok(url: str) -> bool:
 
 
 PYTHON = sys.executable
+
+
+class LiveServer:
+    """The real app served over HTTP by uvicorn in a background thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        import threading
+
+        import uvicorn
+
+        from service.embedded import free_port
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(settings), host="127.0.0.1", port=self.port, log_level="warning"
+            )
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        wait_for(lambda: http_ok(f"{self.url}/healthz"), timeout=30)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)

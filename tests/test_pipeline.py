@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.api.app import create_app
 from service.migrate import upgrade
 from service.settings import Settings
-from tests.conftest import WorkerProcess, make_settings, wait_for
+from tests.conftest import WorkerFactory, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event
 
@@ -31,10 +31,12 @@ def metric_samples(client: TestClient) -> list[Any]:
 
 
 def metric(client: TestClient, name: str, **labels: str) -> float:
-    return sum(
-        s.value
-        for s in metric_samples(client)
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    return float(
+        sum(
+            s.value
+            for s in metric_samples(client)
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
     )
 
 
@@ -62,7 +64,7 @@ def llm_settings(tmp_path: Path, sqlite_url: str, redis_url: str, fake_llm: Fake
 
 
 @pytest.fixture
-def running(llm_settings: Settings, worker_factory: type[WorkerProcess]) -> Iterator[TestClient]:
+def running(llm_settings: Settings, worker_factory: WorkerFactory) -> Iterator[TestClient]:
     worker_factory(llm_settings).start()
     with TestClient(create_app(llm_settings)) as client:
         yield client
@@ -211,7 +213,7 @@ def test_the_same_pipeline_on_postgresql(
     postgres_url: str,
     redis_url: str,
     fake_llm: FakeLLM,
-    worker_factory: type[WorkerProcess],
+    worker_factory: WorkerFactory,
 ) -> None:
     settings = make_settings(
         tmp_path, postgres_url, redis_url, judge_base_url=fake_llm.base_url, judge_model="pg"

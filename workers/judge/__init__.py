@@ -5,7 +5,6 @@ from __future__ import annotations
 from service.settings import Settings
 from workers.judge.base import Judge
 
-
 __all__ = ["Judge", "make_judge"]
 
 

@@ -8,8 +8,8 @@ Create Date: 2026-11-29 19:55:29.774547
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-import sqlmodel
 from alembic import op
+from sqlmodel.sql import sqltypes
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -22,14 +22,14 @@ def upgrade() -> None:
     op.create_table(
         "events",
         sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("tenant", sqlmodel.sql.sqltypes.AutoString(length=100), nullable=False),
-        sa.Column("event_id", sqlmodel.sql.sqltypes.AutoString(length=200), nullable=False),
-        sa.Column("payload_hash", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
-        sa.Column("timestamp", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
-        sa.Column("received_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
-        sa.Column("app", sqlmodel.sql.sqltypes.AutoString(length=100), nullable=False),
-        sa.Column("retriever", sqlmodel.sql.sqltypes.AutoString(length=100), nullable=False),
-        sa.Column("environment", sqlmodel.sql.sqltypes.AutoString(length=100), nullable=False),
+        sa.Column("tenant", sqltypes.AutoString(length=100), nullable=False),
+        sa.Column("event_id", sqltypes.AutoString(length=200), nullable=False),
+        sa.Column("payload_hash", sqltypes.AutoString(length=64), nullable=False),
+        sa.Column("timestamp", sqltypes.UTCDateTime(), nullable=False),
+        sa.Column("received_at", sqltypes.UTCDateTime(), nullable=False),
+        sa.Column("app", sqltypes.AutoString(length=100), nullable=False),
+        sa.Column("retriever", sqltypes.AutoString(length=100), nullable=False),
+        sa.Column("environment", sqltypes.AutoString(length=100), nullable=False),
         sa.Column("query", sa.Text(), nullable=False),
         sa.Column("k", sa.Integer(), nullable=False),
         sa.Column("passage_count", sa.Integer(), nullable=False),
@@ -39,10 +39,10 @@ def upgrade() -> None:
         sa.Column("response_grade", sa.Integer(), nullable=True),
         sa.Column("answer_correct", sa.Boolean(), nullable=True),
         sa.Column("metadata", sa.JSON(), nullable=True),
-        sa.Column("status", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False),
-        sa.Column("enqueued_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True),
-        sa.Column("judged_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True),
-        sa.Column("failure_reason", sqlmodel.sql.sqltypes.AutoString(length=500), nullable=True),
+        sa.Column("status", sqltypes.AutoString(length=16), nullable=False),
+        sa.Column("enqueued_at", sqltypes.UTCDateTime(), nullable=True),
+        sa.Column("judged_at", sqltypes.UTCDateTime(), nullable=True),
+        sa.Column("failure_reason", sqltypes.AutoString(length=500), nullable=True),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("tenant", "event_id", name="uq_events_tenant_event_id"),
     )
@@ -53,22 +53,22 @@ def upgrade() -> None:
 
     op.create_table(
         "label_cache",
-        sa.Column("judge", sqlmodel.sql.sqltypes.AutoString(length=100), nullable=False),
-        sa.Column("model", sqlmodel.sql.sqltypes.AutoString(length=200), nullable=False),
-        sa.Column("prompt_version", sqlmodel.sql.sqltypes.AutoString(length=50), nullable=False),
-        sa.Column("query_hash", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
-        sa.Column("passage_hash", sqlmodel.sql.sqltypes.AutoString(length=80), nullable=False),
+        sa.Column("judge", sqltypes.AutoString(length=100), nullable=False),
+        sa.Column("model", sqltypes.AutoString(length=200), nullable=False),
+        sa.Column("prompt_version", sqltypes.AutoString(length=50), nullable=False),
+        sa.Column("query_hash", sqltypes.AutoString(length=64), nullable=False),
+        sa.Column("passage_hash", sqltypes.AutoString(length=80), nullable=False),
         sa.Column("grade", sa.Integer(), nullable=False),
-        sa.Column("created_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.Column("created_at", sqltypes.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("judge", "model", "prompt_version", "query_hash", "passage_hash"),
     )
     op.create_table(
         "judge_runs",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("event_pk", sa.Integer(), nullable=False),
-        sa.Column("judge", sqlmodel.sql.sqltypes.AutoString(length=100), nullable=False),
-        sa.Column("model", sqlmodel.sql.sqltypes.AutoString(length=200), nullable=False),
-        sa.Column("prompt_version", sqlmodel.sql.sqltypes.AutoString(length=50), nullable=False),
+        sa.Column("judge", sqltypes.AutoString(length=100), nullable=False),
+        sa.Column("model", sqltypes.AutoString(length=200), nullable=False),
+        sa.Column("prompt_version", sqltypes.AutoString(length=50), nullable=False),
         sa.Column("context_rating", sa.Integer(), nullable=True),
         sa.Column("calls", sa.Integer(), nullable=False),
         sa.Column("prompt_tokens", sa.Integer(), nullable=False),
@@ -76,7 +76,7 @@ def upgrade() -> None:
         sa.Column("cache_hits", sa.Integer(), nullable=False),
         sa.Column("missing_labels", sa.Integer(), nullable=False),
         sa.Column("malformed_replies", sa.Integer(), nullable=False),
-        sa.Column("created_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.Column("created_at", sqltypes.UTCDateTime(), nullable=False),
         sa.ForeignKeyConstraint(
             ["event_pk"],
             ["events.id"],
@@ -94,13 +94,13 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("event_pk", sa.Integer(), nullable=False),
         sa.Column("rank", sa.Integer(), nullable=False),
-        sa.Column("judge", sqlmodel.sql.sqltypes.AutoString(length=100), nullable=False),
-        sa.Column("model", sqlmodel.sql.sqltypes.AutoString(length=200), nullable=False),
-        sa.Column("prompt_version", sqlmodel.sql.sqltypes.AutoString(length=50), nullable=False),
+        sa.Column("judge", sqltypes.AutoString(length=100), nullable=False),
+        sa.Column("model", sqltypes.AutoString(length=200), nullable=False),
+        sa.Column("prompt_version", sqltypes.AutoString(length=50), nullable=False),
         sa.Column("grade", sa.Integer(), nullable=True),
         sa.Column("relevant", sa.Boolean(), nullable=True),
         sa.Column("from_cache", sa.Boolean(), nullable=False),
-        sa.Column("created_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.Column("created_at", sqltypes.UTCDateTime(), nullable=False),
         sa.ForeignKeyConstraint(
             ["event_pk"],
             ["events.id"],
@@ -118,10 +118,10 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("event_pk", sa.Integer(), nullable=False),
         sa.Column("rank", sa.Integer(), nullable=False),
-        sa.Column("passage_id", sqlmodel.sql.sqltypes.AutoString(length=200), nullable=False),
+        sa.Column("passage_id", sqltypes.AutoString(length=200), nullable=False),
         sa.Column("text", sa.Text(), nullable=False),
         sa.Column("score", sa.Float(), nullable=True),
-        sa.Column("content_hash", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+        sa.Column("content_hash", sqltypes.AutoString(length=64), nullable=False),
         sa.ForeignKeyConstraint(
             ["event_pk"],
             ["events.id"],
@@ -136,8 +136,8 @@ def upgrade() -> None:
         "scores",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("event_pk", sa.Integer(), nullable=False),
-        sa.Column("judge", sqlmodel.sql.sqltypes.AutoString(length=100), nullable=False),
-        sa.Column("prompt_version", sqlmodel.sql.sqltypes.AutoString(length=50), nullable=False),
+        sa.Column("judge", sqltypes.AutoString(length=100), nullable=False),
+        sa.Column("prompt_version", sqltypes.AutoString(length=50), nullable=False),
         sa.Column("alpha", sa.Float(), nullable=False),
         sa.Column("np_window", sa.Integer(), nullable=False),
         sa.Column("precision", sa.Float(), nullable=True),
@@ -152,7 +152,7 @@ def upgrade() -> None:
         sa.Column("recall", sa.Float(), nullable=True),
         sa.Column("f", sa.Float(), nullable=True),
         sa.Column("ndcg_gold", sa.Float(), nullable=True),
-        sa.Column("created_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.Column("created_at", sqltypes.UTCDateTime(), nullable=False),
         sa.ForeignKeyConstraint(
             ["event_pk"],
             ["events.id"],

@@ -1,0 +1,10 @@
+.PHONY: demo test lint bench
+
+demo:  ## install and run on embedded defaults, replaying a generated workload
+	scripts/demo.sh
+
+test:  ## install the test tools and run lint, type checks and every test
+	scripts/test.sh
+
+lint:
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy service workers tests

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The test command: install what the tests need, make sure the services they use are up, then
+# lint, type-check and run the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/bootstrap.sh dev
+if [ -x scripts/install-test-tools.sh ]; then
+  scripts/install-test-tools.sh
+fi
+
+# Redis: the tests use database 15 of the server on 127.0.0.1:6379; start one if none answers.
+if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
+  if ! command -v redis-server >/dev/null; then
+    echo "==> installing redis-server"
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+  fi
+  echo "==> starting redis-server on 127.0.0.1:6379"
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+fi
+# PostgreSQL on 127.0.0.1:5432 (trust auth, database test): start the local cluster if it is down.
+if ! (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null && command -v pg_ctlcluster >/dev/null; then
+  echo "==> starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+fi
+
+echo "==> ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+echo "==> mypy"
+.venv/bin/mypy service workers tests
+echo "==> pytest"
+.venv/bin/pytest "$@"
