@@ -228,3 +228,98 @@ def test_the_same_pipeline_on_postgresql(
             assert stored["measures"]["precision"] == pytest.approx(0.5)
         assert metric(client, "retrieval_monitor_events_judged_total") == 5
         assert metric(client, "retrieval_monitor_measure_ndcg_count") == 5
+
+
+def test_timeouts_and_server_errors_are_retried(running: TestClient, fake_llm: FakeLLM) -> None:
+    label_topics(fake_llm, {2: 3})
+    fake_llm.set_fault("slow", count=1, delay=7.0)  # longer than judge_timeout_seconds (5)
+    running.post("/v1/events", json=make_event("slow", n=2, query=QUERY))
+    assert [p["grade"] for p in wait_status(running, "slow")["passages"]] == [0, 3]
+    fake_llm.set_fault("http_500", count=2)
+    running.post("/v1/events", json=make_event("err", n=3, query=QUERY))
+    assert [p["grade"] for p in wait_status(running, "err")["passages"]] == [0, 3, 0]
+    assert fake_llm.stats()["faults_served"].get("http_500") == 2
+
+
+def test_a_redelivered_task_never_counts_twice(
+    running: TestClient, fake_llm: FakeLLM, llm_settings: Settings
+) -> None:
+    from celery import Celery
+
+    label_topics(fake_llm, {1: 3})
+    running.post("/v1/events", json=make_event("once", n=3, query=QUERY))
+    wait_status(running, "once")
+    before = {
+        name: metric(running, name)
+        for name in (
+            "retrieval_monitor_events_judged_total",
+            "retrieval_monitor_measure_precision_count",
+            "retrieval_monitor_judge_tokens_total",
+            "retrieval_monitor_pipeline_lag_seconds_count",
+        )
+    }
+    calls = fake_llm.stats()["calls"]
+    # Deliver the same task twice more, as Redis does after a lost acknowledgement.
+    sender = Celery(broker=llm_settings.redis_url)
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(llm_settings.database_url)
+    with engine.connect() as conn:
+        pk = conn.execute(text("SELECT id FROM events WHERE event_id = 'once'")).scalar_one()
+    engine.dispose()
+    for _ in range(2):
+        sender.send_task("judge.event", args=[pk], queue=llm_settings.queue_name)
+    wait_for(lambda: metric(running, "retrieval_monitor_queue_depth") == 0, timeout=30)
+    # a marker event after the duplicates shows the worker has got past them
+    running.post("/v1/events", json=make_event("after", n=3, query=QUERY))
+    wait_status(running, "after")
+    assert (
+        metric(running, "retrieval_monitor_events_judged_total")
+        == before["retrieval_monitor_events_judged_total"] + 1
+    )
+    # The duplicates added nothing; the marker's pairs were cached, so no tokens either.
+    assert (
+        metric(running, "retrieval_monitor_judge_tokens_total")
+        == before["retrieval_monitor_judge_tokens_total"]
+    )
+    assert metric(running, "retrieval_monitor_measure_precision_count") == 2
+    assert metric(running, "retrieval_monitor_pipeline_lag_seconds_count") == 2
+    assert fake_llm.stats()["calls"] == calls  # the marker's pairs were all cached
+
+
+def test_lost_tasks_are_swept_back_and_backlog_is_exported(
+    tmp_path: Path,
+    sqlite_url: str,
+    redis_url: str,
+    fake_llm: FakeLLM,
+    worker_factory: WorkerFactory,
+) -> None:
+    import redis as redis_lib
+
+    upgrade(sqlite_url)
+    settings = make_settings(
+        tmp_path,
+        sqlite_url,
+        redis_url,
+        judge_base_url=fake_llm.base_url,
+        pending_requeue_seconds=0.5,
+    )
+    label_topics(fake_llm, {1: 3})
+    with TestClient(create_app(settings)) as client:
+        for i in range(3):
+            client.post("/v1/events", json=make_event(f"lost-{i}", n=2, query=QUERY))
+        # No worker yet: the backlog shows on /metrics.
+        assert metric(client, "retrieval_monitor_queue_depth", queue=settings.queue_name) == 3
+        assert metric(client, "retrieval_monitor_events_pending") == 3
+        assert metric(client, "retrieval_monitor_oldest_pending_event_age_seconds") > 0
+        # Redis loses the queue (a restart without persistence, a FLUSHALL).
+        redis_lib.Redis.from_url(redis_url).delete(settings.queue_name)
+        assert metric(client, "retrieval_monitor_queue_depth", queue=settings.queue_name) == 0
+        worker_factory(settings).start()
+        from celery import Celery
+
+        Celery(broker=redis_url).send_task("events.sweep", queue=settings.queue_name)
+        for i in range(3):
+            assert wait_status(client, f"lost-{i}")["measures"]["precision"] == 0.5
+        assert metric(client, "retrieval_monitor_events_pending") == 0
+        assert metric(client, "retrieval_monitor_events_judged_total") == 3
