@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from celery import Celery
 
 JUDGE_TASK = "judge.event"
+FANOUT_TASK = "judge.fanout"
 SWEEP_TASK = "events.sweep"
 
 log = logging.getLogger(__name__)
@@ -24,12 +25,17 @@ class TaskSender:
 
     def send_judge(self, event_pks: Sequence[int]) -> bool:
         """Enqueue judging; False if the broker refused (the sweeper will retry)."""
+        if not event_pks:
+            return True
+        # A batch costs the request one message: a worker fans it out into one task per event,
+        # so each event is still judged, retried and acknowledged on its own.
+        name, args = (
+            (JUDGE_TASK, [event_pks[0]])
+            if len(event_pks) == 1
+            else (FANOUT_TASK, [list(event_pks)])
+        )
         try:
-            with self.app.producer_or_acquire() as producer:
-                for pk in event_pks:
-                    self.app.send_task(
-                        JUDGE_TASK, args=[pk], queue=self.queue, producer=producer, retry=False
-                    )
+            self.app.send_task(name, args=args, queue=self.queue, retry=False)
         except Exception:  # the event is committed; losing the send only delays judging
             log.warning(
                 "could not enqueue %d judge task(s); the sweeper will",

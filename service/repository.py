@@ -62,7 +62,6 @@ def _event_row(tenant: str, event_id: str, event: EventIn, now: datetime) -> dic
     return {
         "tenant": tenant,
         "event_id": event_id,
-        "payload_hash": payload_hash(event),
         "timestamp": event.timestamp or now,
         "received_at": now,
         "app": event.app,
@@ -119,27 +118,45 @@ def insert_events(
             )
         )
     }
-    results: list[InsertResult] = []
-    passage_rows: list[dict[str, Any]] = []
+    outcomes: list[tuple[str, IngestOutcome]] = []
+    new_rows: list[dict[str, Any]] = []
+    new_events: dict[str, EventIn] = {}
     seen_in_batch: dict[str, str] = {}
     for event_id, event in events:
+        digest = payload_hash(event)
         known_hash = existing.get(event_id) or seen_in_batch.get(event_id)
         if known_hash is not None:
-            outcome: IngestOutcome = (
-                "duplicate" if known_hash == payload_hash(event) else "conflict"
-            )
-            results.append(InsertResult(event_id, outcome, None))
+            outcomes.append((event_id, "duplicate" if known_hash == digest else "conflict"))
             continue
-        row = _event_row(tenant, event_id, event, now)
-        pk = session.execute(
-            table(Event).insert().values(**_column_names(row)).returning(table(Event).c.id)
-        ).scalar_one()
-        seen_in_batch[event_id] = row["payload_hash"]
-        passage_rows.extend(_passage_rows(pk, event))
-        results.append(InsertResult(event_id, "accepted", pk))
-    if passage_rows:
+        row = _column_names(_event_row(tenant, event_id, event, now))
+        row["payload_hash"] = digest
+        seen_in_batch[event_id] = digest
+        new_rows.append(row)
+        new_events[event_id] = event
+        outcomes.append((event_id, "accepted"))
+    pks: dict[str, int] = {}
+    if new_rows:
+        # One executemany and one lookup, rather than a round trip per event.
+        session.execute(table(Event).insert(), new_rows)
+        pks = {
+            row.event_id: row.id
+            for row in session.execute(
+                select(col(Event.event_id), col(Event.id)).where(
+                    col(Event.tenant) == tenant,
+                    col(Event.event_id).in_(list(new_events)),
+                )
+            )
+        }
+        passage_rows = [
+            row
+            for event_id, event in new_events.items()
+            for row in _passage_rows(pks[event_id], event)
+        ]
         session.execute(table(Passage).insert(), passage_rows)
-    return results
+    return [
+        InsertResult(event_id, outcome, pks.get(event_id) if outcome == "accepted" else None)
+        for event_id, outcome in outcomes
+    ]
 
 
 def _column_names(row: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -228,3 +229,34 @@ def test_readiness_fails_when_redis_is_unreachable(tmp_path, sqlite_url) -> None
         assert ready.json()["redis"].startswith("error")
         # Accepting still works: the event is committed; counting and enqueueing wait.
         assert client.post("/v1/events", json=make_event("ev-1")).status_code == 202
+
+
+def test_concurrent_sends_of_one_batch_store_each_event_once(
+    tmp_path: Path, postgres_url: str, redis_url: str
+) -> None:
+    import threading
+
+    import httpx
+
+    from tests.conftest import LiveServer, make_settings
+
+    settings = make_settings(tmp_path, postgres_url, redis_url)
+    batch = {"events": [make_event(f"race-{i}") for i in range(50)]}
+    answers: list[dict[str, int]] = []
+    with LiveServer(settings) as server:
+
+        def send() -> None:
+            response = httpx.post(f"{server.url}/v1/events/batch", json=batch, timeout=30)
+            assert response.status_code == 200
+            answers.append(response.json())
+
+        threads = [threading.Thread(target=send) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(answers) == 4
+    assert sum(a["accepted"] for a in answers) == 50
+    assert sum(a["duplicate"] for a in answers) == 150
+    assert count_rows(settings, Event) == 50
+    assert count_rows(settings, Passage) == 200

@@ -11,7 +11,7 @@ from celery import Task
 from service import repository
 from service.aggregates import Delta
 from service.db import session_scope
-from service.queue import JUDGE_TASK, SWEEP_TASK
+from service.queue import FANOUT_TASK, JUDGE_TASK, SWEEP_TASK
 from service.runtime import Runtime
 from service.settings import get_settings
 from workers import judging
@@ -78,6 +78,16 @@ def _give_up(rt: Runtime, current: Judge, event_pk: int, reason: str) -> None:
         rt.aggregates.add_once(f"failed:{event_pk}:{who.judge}:{who.prompt_version}", delta)
 
 
+@app.task(name=FANOUT_TASK)  # type: ignore[untyped-decorator]
+def fan_out(event_pks: list[int]) -> int:
+    """One judge task per event of an accepted batch (sent once by the API for the batch)."""
+    queue = runtime().settings.queue_name
+    with app.producer_or_acquire() as producer:
+        for pk in event_pks:
+            app.send_task(JUDGE_TASK, args=[pk], queue=queue, producer=producer)
+    return len(event_pks)
+
+
 @app.task(name=SWEEP_TASK)  # type: ignore[untyped-decorator]
 def sweep_pending() -> int:
     """Re-enqueue events left pending (a lost task, a Redis restart, a failed enqueue)."""
@@ -86,8 +96,11 @@ def sweep_pending() -> int:
     stale_before = repository.older_than(now, rt.settings.pending_requeue_seconds)
     with session_scope(rt.engine) as session:
         pks = repository.pending_to_requeue(session, stale_before, limit=10_000)
-        for pk in pks:
-            app.send_task(JUDGE_TASK, args=[pk], queue=rt.settings.queue_name)
+        with app.producer_or_acquire() as producer:
+            for pk in pks:
+                app.send_task(
+                    JUDGE_TASK, args=[pk], queue=rt.settings.queue_name, producer=producer
+                )
         repository.mark_enqueued(session, pks, now)
         session.commit()
     if pks:
