@@ -107,6 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--split", default="test", help="qrels split to read")
     replay.set_defaults(handler=cmd_replay)
 
+    keys = sub.add_parser("keys", help="create, list and revoke API keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    create = keys_sub.add_parser("create", help="create a key and print it (shown only once)")
+    create.add_argument("--tenant", required=True, help="the tenant the key acts for")
+    create.add_argument("--name", default="", help="a note on who uses the key")
+    create.add_argument("--admin", action="store_true", help="may read /metrics when protected")
+    create.set_defaults(handler=cmd_keys_create)
+    revoke = keys_sub.add_parser("revoke", help="revoke keys by the prefix of their hash")
+    revoke.add_argument("hash_prefix", help="at least 8 characters of the key's hash (keys list)")
+    revoke.set_defaults(handler=cmd_keys_revoke)
+    listing = keys_sub.add_parser("list", help="list keys (hash prefix, tenant, state)")
+    listing.set_defaults(handler=cmd_keys_list)
+
     show = sub.add_parser("settings", help="print every setting with its value and description")
     show.set_defaults(handler=cmd_settings)
     return parser
@@ -120,6 +133,52 @@ def cmd_migrate(_args: argparse.Namespace, settings: Settings) -> int:
 
     upgrade(settings.database_url)
     log.info("database schema is up to date")
+    return 0
+
+
+def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
+    from service import keys_repository
+    from service.auth import key_hash, new_key
+    from service.db import get_engine, session_scope
+    from service.migrate import upgrade
+    from service.repository import utcnow
+
+    upgrade(settings.database_url)
+    key = new_key()
+    with session_scope(get_engine(settings.database_url)) as session:
+        keys_repository.add_key(
+            session, args.tenant, key_hash(key), args.name, args.admin, utcnow()
+        )
+        session.commit()
+    print(key)
+    print(f"hash {key_hash(key)[:12]}  tenant {args.tenant}  (store the key now)", file=sys.stderr)
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    from service import keys_repository
+    from service.db import get_engine, session_scope
+    from service.repository import utcnow
+
+    if len(args.hash_prefix) < 8:
+        print("give at least 8 characters of the hash", file=sys.stderr)
+        return 2
+    with session_scope(get_engine(settings.database_url)) as session:
+        count = keys_repository.revoke_keys(session, args.hash_prefix, utcnow())
+        session.commit()
+    print(f"revoked {count} key(s)")
+    return 0 if count else 1
+
+
+def cmd_keys_list(_args: argparse.Namespace, settings: Settings) -> int:
+    from service import keys_repository
+    from service.db import get_engine, session_scope
+
+    with session_scope(get_engine(settings.database_url)) as session:
+        for key in keys_repository.list_keys(session):
+            state = "revoked" if key.revoked_at else "active"
+            role = "admin" if key.is_admin else "tenant"
+            print(f"{key.key_hash[:12]}  {key.tenant:<20} {role:<6} {state:<8} {key.name}")
     return 0
 
 

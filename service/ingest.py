@@ -58,25 +58,24 @@ def _explain(exc: ValidationError) -> str:
 
 
 class Ingestor:
-    def __init__(self, runtime: Runtime, sender: TaskSender, tenant: str = "default") -> None:
+    def __init__(self, runtime: Runtime, sender: TaskSender) -> None:
         self.runtime = runtime
         self.sender = sender
-        self.tenant = tenant
 
     def ingest(
-        self, events: Sequence[EventIn], rejections: Sequence[Rejection] = ()
+        self, tenant: str, events: Sequence[EventIn], rejections: Sequence[Rejection] = ()
     ) -> list[IngestResult]:
         """Commit the valid events, then count and enqueue; results in the order given."""
         named = [(event.event_id or new_event_id(), event) for event in events]
         with session_scope(self.runtime.engine) as session:
             try:
-                stored = repository.insert_events(session, self.tenant, named, repository.utcnow())
+                stored = repository.insert_events(session, tenant, named, repository.utcnow())
                 session.commit()
             except IntegrityError:
                 # Another request inserted one of these ids between our check and our insert.
                 session.rollback()
                 stored = repository.insert_events_one_by_one(
-                    session, self.tenant, named, repository.utcnow()
+                    session, tenant, named, repository.utcnow()
                 )
 
         delta = Delta()

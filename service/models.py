@@ -157,6 +157,20 @@ class Score(SQLModel, table=True):
     created_at: datetime
 
 
+class ApiKey(SQLModel, table=True):
+    """An API key of a tenant. Only its SHA-256 is stored; the key is shown once, at creation."""
+
+    __tablename__ = "api_keys"
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant: str = Field(max_length=100, index=True)
+    name: str = Field(default="", max_length=200)
+    key_hash: str = Field(max_length=64, unique=True)
+    is_admin: bool = False
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
 def table(model: type[SQLModel]) -> Table:
     """The Core table of a model, for bulk statements."""
     return SQLModel.metadata.tables[str(model.__tablename__)]

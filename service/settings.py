@@ -78,6 +78,16 @@ class Settings(BaseSettings):
         60.0, gt=0, description="How often the sweeper looks for events left pending."
     )
 
+    # --- access -------------------------------------------------------------------------------
+    auth_required: bool = Field(
+        False,
+        description="Require an API key (Authorization: Bearer or X-API-Key) on /v1; the tenant "
+        "comes from the key. Create keys with `retrieval-monitor keys create`.",
+    )
+    metrics_auth: bool = Field(
+        False, description="Require an admin API key on /metrics too (health stays open)."
+    )
+
     # --- serve ---------------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address the API listens on.")
     port: int = Field(8080, ge=1, le=65535, description="Port the API listens on.")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fastapi import Request
 from prometheus_client import CollectorRegistry
 
+from service.auth import KeyStore
 from service.db import session_scope
 from service.exporter import PipelineState, SharedCollector, build_registry
 from service.ingest import Ingestor
@@ -20,6 +21,7 @@ class AppState:
     runtime: Runtime
     ingestor: Ingestor
     registry: CollectorRegistry
+    keys: KeyStore
 
     @classmethod
     def build(cls, runtime: Runtime) -> AppState:
@@ -41,7 +43,12 @@ class AppState:
             )
 
         registry = build_registry(SharedCollector(runtime.aggregates, pipeline_state))
-        return cls(runtime=runtime, ingestor=Ingestor(runtime, sender), registry=registry)
+        return cls(
+            runtime=runtime,
+            ingestor=Ingestor(runtime, sender),
+            registry=registry,
+            keys=KeyStore(runtime.engine),
+        )
 
 
 def app_state(request: Request) -> AppState:

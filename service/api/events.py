@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Response, status
 
 from service import repository
 from service.aggregates import Delta
+from service.api.auth import Caller
 from service.api.deps import AppState, app_state
 from service.db import session_scope
 from service.ingest import Rejection, validate
@@ -35,13 +36,13 @@ State = Annotated[AppState, Depends(app_state)]
         422: {"description": "The event is malformed or breaks a limit."},
     },
 )
-def post_event(event: EventIn, response: Response, state: State) -> IngestResult:
+def post_event(event: EventIn, response: Response, state: State, caller: Caller) -> IngestResult:
     """Accept one retrieval event; 202 once it is committed, to be judged in the background."""
     checked = validate(event, state.runtime)
     if isinstance(checked, Rejection):
-        state.ingestor.ingest([], [checked])
+        state.ingestor.ingest(caller.tenant, [], [checked])
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=checked.message)
-    (result,) = state.ingestor.ingest([checked])
+    (result,) = state.ingestor.ingest(caller.tenant, [checked])
     if result.status == "duplicate":
         response.status_code = status.HTTP_200_OK
     elif result.status == "rejected":
@@ -50,7 +51,7 @@ def post_event(event: EventIn, response: Response, state: State) -> IngestResult
 
 
 @router.post("/batch", response_model=BatchResult)
-def post_batch(batch: BatchIn, state: State) -> BatchResult:
+def post_batch(batch: BatchIn, state: State, caller: Caller) -> BatchResult:
     """Accept many events; each is validated on its own and gets its own result."""
     limit = state.runtime.settings.max_batch_events
     if len(batch.events) > limit:
@@ -68,7 +69,7 @@ def post_batch(batch: BatchIn, state: State) -> BatchResult:
             slots.append(len(valid))
             valid.append(checked)
     rejections = [slot for slot in slots if isinstance(slot, Rejection)]
-    stored = state.ingestor.ingest(valid, rejections)
+    stored = state.ingestor.ingest(caller.tenant, valid, rejections)
     results = [
         IngestResult(event_id=slot.event_id, status="rejected", error=slot.message)
         if isinstance(slot, Rejection)
@@ -84,10 +85,10 @@ def post_batch(batch: BatchIn, state: State) -> BatchResult:
 
 
 @router.get("/{event_id}", response_model=EventView, responses={404: {}})
-def get_event(event_id: str, state: State) -> EventView:
+def get_event(event_id: str, state: State, caller: Caller) -> EventView:
     """The event as stored, its judging status, per-passage grades and its measures."""
     with session_scope(state.runtime.engine) as session:
-        event = repository.find_event(session, state.ingestor.tenant, event_id)
+        event = repository.find_event(session, caller.tenant, event_id)
         if event is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
         stored = repository.stored_event(session, event)
@@ -95,10 +96,12 @@ def get_event(event_id: str, state: State) -> EventView:
 
 
 @router.post("/{event_id}/feedback", responses={404: {}})
-def post_feedback(event_id: str, feedback: FeedbackIn, state: State) -> dict[str, Any]:
+def post_feedback(
+    event_id: str, feedback: FeedbackIn, state: State, caller: Caller
+) -> dict[str, Any]:
     """Attach the answer's grade (1-5) and/or correctness to an event, possibly long after it."""
     with session_scope(state.runtime.engine) as session:
-        event = repository.find_event(session, state.ingestor.tenant, event_id)
+        event = repository.find_event(session, caller.tenant, event_id)
         if event is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
         repository.record_feedback(session, event, feedback)

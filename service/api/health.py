@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
+from service.api.auth import operations_access
 from service.api.events import State
 from service.db import session_scope
 
@@ -39,7 +40,7 @@ def readyz(response: Response, state: State) -> dict[str, str]:
     return {"status": "ready" if ready else "not ready", **checks}
 
 
-@router.get("/metrics", response_class=Response)
+@router.get("/metrics", response_class=Response, dependencies=[Depends(operations_access)])
 def metrics(state: State) -> Response:
     """Prometheus text exposition of every series (global totals, the same on every replica)."""
     return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
