@@ -7,6 +7,8 @@ enqueued before it is committed (a task never looks for an event that is not the
 from __future__ import annotations
 
 import logging
+import math
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,8 +19,10 @@ from sqlalchemy.exc import IntegrityError
 
 from service import repository
 from service.aggregates import Delta
+from service.backpressure import Backpressure
 from service.db import session_scope
 from service.queue import TaskSender
+from service.ratelimit import TokenBucket
 from service.runtime import Runtime
 from service.schemas import EventIn, IngestResult, check_limits
 
@@ -57,10 +61,52 @@ def _explain(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request is turned away before anything is stored, and when to come back."""
+
+    status_code: int  # 503 (the service is overloaded) or 429 (the tenant is over its rate)
+    reason: str
+    message: str
+    retry_after_seconds: int
+
+
 class Ingestor:
     def __init__(self, runtime: Runtime, sender: TaskSender) -> None:
         self.runtime = runtime
         self.sender = sender
+        self.backpressure = Backpressure(runtime)
+
+    def admit(self, tenant: str, events: int) -> Refusal | None:
+        """Refuse work the service cannot take now; None when the request may proceed."""
+        overload = self.backpressure.check()
+        refusal: Refusal | None = None
+        if overload is not None:
+            refusal = Refusal(503, overload.reason, overload.message, overload.retry_after_seconds)
+        elif self.runtime.settings.tenant_events_per_second > 0:
+            decision = self._tenant_bucket(tenant).take(events)
+            if not decision.allowed:
+                refusal = Refusal(
+                    429,
+                    "rate_limited",
+                    f"tenant {tenant!r} is over {self.runtime.settings.tenant_events_per_second:g} "
+                    "events per second",
+                    max(1, math.ceil(decision.retry_after_seconds)),
+                )
+        if refusal is not None:
+            delta = Delta()
+            delta.inc("events_rejected", {"reason": refusal.reason}, events)
+            self.count(delta)
+        return refusal
+
+    def _tenant_bucket(self, tenant: str) -> TokenBucket:
+        settings = self.runtime.settings
+        return TokenBucket(
+            self.runtime.redis,
+            f"tenant:{tenant}",
+            settings.tenant_events_per_second,
+            settings.tenant_burst_events,
+        )
 
     def ingest(
         self, tenant: str, events: Sequence[EventIn], rejections: Sequence[Rejection] = ()
@@ -69,8 +115,10 @@ class Ingestor:
         named = [(event.event_id or new_event_id(), event) for event in events]
         with session_scope(self.runtime.engine) as session:
             try:
+                started = time.perf_counter()
                 stored = repository.insert_events(session, tenant, named, repository.utcnow())
                 session.commit()
+                self.backpressure.record_commit(time.perf_counter() - started)
             except IntegrityError:
                 # Another request inserted one of these ids between our check and our insert.
                 session.rollback()

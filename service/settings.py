@@ -70,6 +70,33 @@ class Settings(BaseSettings):
         100, ge=1, description="Longest app, retriever or environment name (they are labels)."
     )
 
+    # --- backpressure and rate limits ---------------------------------------------------------
+    max_pending_events: int = Field(
+        100_000,
+        ge=0,
+        description="Ingest answers 503 while this many events wait for judging (0: no bound).",
+    )
+    max_commit_seconds: float = Field(
+        2.0, gt=0, description="Ingest answers 503 while database commits average longer."
+    )
+    backpressure_refresh_seconds: float = Field(
+        1.0, gt=0, description="How often the pending-event count is re-read for backpressure."
+    )
+    backpressure_retry_after_seconds: int = Field(
+        5, ge=1, description="Retry-After sent with a 503 under backpressure."
+    )
+    tenant_events_per_second: float = Field(
+        0.0, ge=0, description="Events a tenant may send per second (0: no limit); over it, 429."
+    )
+    tenant_burst_events: float = Field(
+        1_000.0, ge=1, description="Events a tenant may send at once above its rate."
+    )
+    judge_calls_per_second: float = Field(
+        0.0,
+        ge=0,
+        description="Judge calls per second across all workers together (0: no limit).",
+    )
+
     # --- pipeline timing -----------------------------------------------------------------------
     pending_requeue_seconds: float = Field(
         300.0, gt=0, description="An event still pending this long after enqueue is re-enqueued."

@@ -11,8 +11,11 @@
 from __future__ import annotations
 
 from celery import Celery
+from celery.signals import worker_init
+from redis import Redis
 
 from service.queue import JUDGE_TASK, SWEEP_TASK
+from service.redis_check import eviction_problem
 from service.settings import get_settings
 
 VISIBILITY_TIMEOUT_SECONDS = 3600
@@ -45,3 +48,10 @@ def make_celery() -> Celery:
 
 
 app = make_celery()
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+def refuse_an_evicting_broker(**_kwargs: object) -> None:
+    problem = eviction_problem(Redis.from_url(get_settings().redis_url))
+    if problem is not None:
+        raise SystemExit(f"retrieval-monitor worker refuses to start: {problem}")

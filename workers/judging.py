@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,6 +23,7 @@ from service.db import session_scope
 from service.measures import EventLabels, compute_measures
 from service.metrics import MEASURE_BUCKETS
 from service.models import JudgeRun, Score
+from service.ratelimit import TokenBucket
 from service.repository import EventForJudging, JudgeIdentity
 from service.runtime import Runtime
 from workers.judge.base import Judge
@@ -92,6 +94,7 @@ def judge_event(runtime: Runtime, judge: Judge, event_pk: int) -> Outcome:
             rate_context=plan.rate_context,
             top_k_count=min(event.k, len(event.passages)) if plan.rate_context else 0,
         )
+        wait_for_judge_budget(runtime)
         reply = judge.judge(request)
         calls, malformed, latency = reply.calls, reply.malformed_replies, reply.latency_seconds
         prompt_tokens, completion_tokens = reply.prompt_tokens, reply.completion_tokens
@@ -149,6 +152,16 @@ def judge_event(runtime: Runtime, judge: Judge, event_pk: int) -> Outcome:
             _observe_latency(runtime, who, latency)
         export(runtime, session, event, who)
     return "judged" if stored else "already_judged"
+
+
+def wait_for_judge_budget(runtime: Runtime) -> None:
+    """Hold the call until the shared judge rate allows it (all workers draw on one bucket)."""
+    rate = runtime.settings.judge_calls_per_second
+    if rate <= 0:
+        return
+    bucket = TokenBucket(runtime.redis, "judge", rate, burst=max(1.0, rate))
+    while not (decision := bucket.take()).allowed:
+        time.sleep(min(decision.retry_after_seconds, 5.0))
 
 
 def _observe_latency(runtime: Runtime, who: JudgeIdentity, seconds: float) -> None:

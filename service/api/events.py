@@ -10,6 +10,7 @@ from service import repository
 from service.aggregates import Delta
 from service.api.auth import Caller
 from service.api.deps import AppState, app_state
+from service.auth import Principal
 from service.db import session_scope
 from service.ingest import Rejection, validate
 from service.schemas import (
@@ -33,11 +34,14 @@ State = Annotated[AppState, Depends(app_state)]
     responses={
         200: {"model": IngestResult, "description": "Already known: nothing new was stored."},
         409: {"description": "The event_id is already used by a different event."},
+        429: {"description": "The tenant is over its rate; see Retry-After."},
+        503: {"description": "Overloaded (backlog or slow database); see Retry-After."},
         422: {"description": "The event is malformed or breaks a limit."},
     },
 )
 def post_event(event: EventIn, response: Response, state: State, caller: Caller) -> IngestResult:
     """Accept one retrieval event; 202 once it is committed, to be judged in the background."""
+    refuse_if_needed(state, caller, 1)
     checked = validate(event, state.runtime)
     if isinstance(checked, Rejection):
         state.ingestor.ingest(caller.tenant, [], [checked])
@@ -59,6 +63,7 @@ def post_batch(batch: BatchIn, state: State, caller: Caller) -> BatchResult:
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             detail=f"too many events in one batch: {len(batch.events)} > max_batch_events {limit}",
         )
+    refuse_if_needed(state, caller, len(batch.events))
     valid: list[EventIn] = []
     slots: list[int | Rejection] = []
     for raw in batch.events:
@@ -111,6 +116,16 @@ def post_feedback(
     delta.inc("feedback", labels)
     state.ingestor.count(delta)
     return {"event_id": event_id, "status": "recorded"}
+
+
+def refuse_if_needed(state: AppState, caller: Principal, events: int) -> None:
+    refusal = state.ingestor.admit(caller.tenant, events)
+    if refusal is not None:
+        raise HTTPException(
+            refusal.status_code,
+            detail=refusal.message,
+            headers={"Retry-After": str(refusal.retry_after_seconds)},
+        )
 
 
 def _view(stored: repository.StoredEvent) -> EventView:
