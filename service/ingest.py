@@ -23,6 +23,7 @@ from service.backpressure import Backpressure
 from service.db import session_scope
 from service.queue import TaskSender
 from service.ratelimit import TokenBucket
+from service.redaction import Redactor
 from service.runtime import Runtime
 from service.schemas import EventIn, IngestResult, check_limits
 
@@ -50,7 +51,22 @@ def validate(raw: dict[str, Any] | EventIn, runtime: Runtime) -> EventIn | Rejec
     problems = check_limits(event, runtime.settings)
     if problems:
         return Rejection(event_id, "limits", "; ".join(problems))
-    return event
+    return redact_event(event, runtime.redactor)
+
+
+def redact_event(event: EventIn, redactor: Redactor) -> EventIn:
+    """The event with its texts masked; every later stage only ever sees this copy."""
+    if not redactor:
+        return event
+    return event.model_copy(
+        update={
+            "query": redactor.redact(event.query),
+            "passages": [
+                p.model_copy(update={"text": redactor.redact(p.text)}) for p in event.passages
+            ],
+            "response": redactor.redact(event.response) if event.response else event.response,
+        }
+    )
 
 
 def _explain(exc: ValidationError) -> str:

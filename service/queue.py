@@ -10,6 +10,7 @@ from celery import Celery
 JUDGE_TASK = "judge.event"
 FANOUT_TASK = "judge.fanout"
 SWEEP_TASK = "events.sweep"
+PURGE_TASK = "events.purge"
 
 log = logging.getLogger(__name__)
 

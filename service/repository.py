@@ -429,6 +429,31 @@ def store_judging(
     return True
 
 
+def erase_passage_texts(session: Session, event_pk: int) -> None:
+    """Keep only the content hashes of an event's passages (hash_after_judging storage)."""
+    session.execute(update(Passage).where(col(Passage.event_pk) == event_pk).values(text=""))
+
+
+def purge_texts(session: Session, received_before: datetime, limit: int) -> int:
+    """Erase the texts of judged or failed events received before a moment; scores stay."""
+    pks = [
+        row[0]
+        for row in session.execute(
+            select(col(Event.id))
+            .where(
+                col(Event.received_at) < received_before,
+                col(Event.status) != EventStatus.PENDING.value,
+                col(Event.query) != "",
+            )
+            .limit(limit)
+        )
+    ]
+    if pks:
+        session.execute(update(Event).where(col(Event.id).in_(pks)).values(query="", response=None))
+        session.execute(update(Passage).where(col(Passage.event_pk).in_(pks)).values(text=""))
+    return len(pks)
+
+
 def mark_failed(session: Session, event_pk: int, reason: str) -> None:
     session.execute(
         update(Event)

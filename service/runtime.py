@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from service.aggregates import Aggregates
 from service.db import get_engine
+from service.redaction import Redactor
 from service.settings import Settings
 
 
@@ -30,6 +31,10 @@ class Runtime:
                 "Redis, or set RM_REDIS_URL to a Redis server"
             )
         return Redis.from_url(self.settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+
+    @cached_property
+    def redactor(self) -> Redactor:
+        return Redactor.from_settings(self.settings.redact)
 
     @cached_property
     def aggregates(self) -> Aggregates:

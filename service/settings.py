@@ -7,10 +7,15 @@ LLM endpoint, and nothing else changes.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
+from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The grammar of the OpenTelemetry naming rules (see service/otlp/rules.py).
+OTLP_RULE_PATTERN = re.compile(r"^(attr:.+|resource:.+|const:.+|name|class|scope)$")
 
 
 class Settings(BaseSettings):
@@ -57,6 +62,33 @@ class Settings(BaseSettings):
         description="Cosine similarities at which the local judge gives grades 1, 2 and 3.",
     )
 
+    # --- judge output ---------------------------------------------------------------------------
+    judge_output_mode: Literal["auto", "json_schema", "json_object", "text"] = Field(
+        "auto",
+        description="How the LLM judge's reply is constrained: json_schema (strict schema), "
+        "json_object (JSON mode, schema in the prompt), text (no constraint, strict parser), or "
+        "auto: json_schema, stepping down once when the server rejects a mode, and remembered "
+        "in Redis per endpoint and model.",
+    )
+    judge_output_mode_memory_seconds: float = Field(
+        86_400.0,
+        gt=0,
+        description="How long a mode detected in auto is remembered before json_schema is tried "
+        "again (a server upgrade may add it).",
+    )
+    judge_per_passage: bool = Field(
+        False,
+        description="Grade each passage in a call of its own (as tools that call once per "
+        "passage do) instead of all passages of an event in one call. Labels carry their own "
+        "prompt version.",
+    )
+    judge_shuffle: bool = Field(
+        False,
+        description="Present an event's passages to the LLM judge in a shuffled order (fixed per "
+        "event content), so a judge's position bias does not follow the retriever's ranking. "
+        "Labels carry their own prompt version.",
+    )
+
     # --- ingest limits -------------------------------------------------------------------------
     max_passages: int = Field(200, ge=1, description="Most passages one event may carry.")
     max_passage_chars: int = Field(20_000, ge=1, description="Longest passage text, characters.")
@@ -97,6 +129,24 @@ class Settings(BaseSettings):
         description="Judge calls per second across all workers together (0: no limit).",
     )
 
+    # --- sensitive text -----------------------------------------------------------------------
+    redact: list[str] = Field(
+        default_factory=list,
+        description='Patterns masked before storage, logs and judge calls: "email", "phone", '
+        '"api_key" or "re:<regex>" (JSON list in the environment).',
+    )
+    passage_text_storage: Literal["full", "hash_after_judging"] = Field(
+        "full",
+        description="hash_after_judging: once an event is judged, its passage texts are erased "
+        "and only their SHA-256 is kept.",
+    )
+    retention_days: float = Field(
+        0.0,
+        ge=0,
+        description="After this many days the texts of judged events (query, passages, response) "
+        "are purged and their scores kept (0: keep forever).",
+    )
+
     # --- pipeline timing -----------------------------------------------------------------------
     pending_requeue_seconds: float = Field(
         300.0, gt=0, description="An event still pending this long after enqueue is re-enqueued."
@@ -121,6 +171,92 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(2, ge=1, description="Worker processes of a worker.")
     log_level: str = Field("INFO", description="Log level (DEBUG, INFO, WARNING, ERROR).")
     log_json: bool = Field(True, description="Structured JSON log lines (false: plain text).")
+
+    # --- OpenTelemetry ---------------------------------------------------------------------------
+    # POST /v1/traces turns retriever and reranker spans into events; these rules name them.
+    # A rule: attr:<key> (span attribute, or a key inside one holding JSON, e.g.
+    # attr:metadata.ls_retriever_name), resource:<key>, name, class (span name before its first
+    # dot), scope, const:<text>. The first rule that gives a value wins.
+    otlp_app_rules: tuple[str, ...] = Field(
+        (
+            "attr:retrieval_monitor.app",
+            "attr:metadata.retrieval_monitor.app",
+            "resource:retrieval_monitor.app",
+            "resource:service.name",
+        ),
+        description="Rules naming an OTLP event's app, first match wins.",
+    )
+    otlp_retriever_rules: tuple[str, ...] = Field(
+        (
+            "attr:retrieval_monitor.retriever",
+            "attr:metadata.retrieval_monitor.retriever",
+            "attr:metadata.ls_retriever_name",
+            "attr:reranker.model_name",
+            "class",
+        ),
+        description="Rules naming an OTLP event's retriever, first match wins.",
+    )
+    otlp_environment_rules: tuple[str, ...] = Field(
+        (
+            "attr:retrieval_monitor.environment",
+            "attr:metadata.retrieval_monitor.environment",
+            "resource:deployment.environment.name",
+            "resource:deployment.environment",
+        ),
+        description="Rules giving an OTLP event's environment, first match wins (none: empty).",
+    )
+    otlp_k_rules: tuple[str, ...] = Field(
+        ("attr:retrieval_monitor.k", "attr:metadata.retrieval_monitor.k"),
+        description="Rules giving k (passages the prompt carries) of an OTLP event; without one "
+        "k is the number of documents the span reports.",
+    )
+    otlp_default_app: str = Field(
+        "unknown", min_length=1, description="App of an OTLP event when no app rule matches."
+    )
+    otlp_default_retriever: str = Field(
+        "unknown",
+        min_length=1,
+        description="Retriever of an OTLP event when no retriever rule matches.",
+    )
+    otlp_traceloop_entity_pattern: str = Field(
+        r"Retriever\.task$",
+        description="Regular expression on traceloop.entity.name selecting Traceloop task spans "
+        "whose output lists retrieved documents.",
+    )
+    otlp_document_id_keys: tuple[str, ...] = Field(
+        ("doc_id", "document_id"),
+        description="Document metadata keys holding its id when the span gives none (else the "
+        "id is a hash of the text).",
+    )
+    otlp_document_score_keys: tuple[str, ...] = Field(
+        ("score", "relevance_score"),
+        description="Document metadata keys holding the retriever's score when the span gives "
+        "none.",
+    )
+    otlp_retry_after_seconds: int = Field(
+        5, ge=1, description="Retry-After of a 503 answered to an OTLP exporter."
+    )
+
+    @field_validator(
+        "otlp_app_rules", "otlp_retriever_rules", "otlp_environment_rules", "otlp_k_rules"
+    )
+    @classmethod
+    def _otlp_rules_valid(cls, rules: tuple[str, ...]) -> tuple[str, ...]:
+        for rule in rules:
+            if not OTLP_RULE_PATTERN.match(rule):
+                raise ValueError(
+                    f"invalid rule {rule!r}: use attr:<key>, resource:<key>, const:<text>, "
+                    "name, class or scope"
+                )
+        return rules
+
+    @field_validator("otlp_traceloop_entity_pattern")
+    @classmethod
+    def _otlp_pattern_compiles(cls, pattern: str) -> str:
+        re.compile(pattern)
+        return pattern
+
+    # --- end of OpenTelemetry ------------------------------------------------------------------
 
     @property
     def uses_local_judge(self) -> bool:

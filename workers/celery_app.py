@@ -14,7 +14,7 @@ from celery import Celery
 from celery.signals import worker_init
 from redis import Redis
 
-from service.queue import JUDGE_TASK, SWEEP_TASK
+from service.queue import JUDGE_TASK, PURGE_TASK, SWEEP_TASK
 from service.redis_check import eviction_problem
 from service.settings import get_settings
 
@@ -40,7 +40,12 @@ def make_celery() -> Celery:
                 "task": SWEEP_TASK,
                 "schedule": settings.sweep_interval_seconds,
                 "options": {"queue": settings.queue_name},
-            }
+            },
+            "purge-texts-past-retention": {
+                "task": PURGE_TASK,
+                "schedule": 3600.0,
+                "options": {"queue": settings.queue_name},
+            },
         },
         task_routes={JUDGE_TASK: {"queue": settings.queue_name}},
     )

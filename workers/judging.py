@@ -143,6 +143,8 @@ def judge_event(runtime: Runtime, judge: Judge, event_pk: int) -> Outcome:
     with session_scope(runtime.engine) as session:
         try:
             stored = repository.store_judging(session, event, who, result)
+            if stored and settings.passage_text_storage == "hash_after_judging":
+                repository.erase_passage_texts(session, event.pk)
             session.commit()
         except IntegrityError:
             # The same event judged by a concurrent delivery of the task: theirs stands.

@@ -11,7 +11,7 @@ from celery import Task
 from service import repository
 from service.aggregates import Delta
 from service.db import session_scope
-from service.queue import FANOUT_TASK, JUDGE_TASK, SWEEP_TASK
+from service.queue import FANOUT_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK
 from service.runtime import Runtime
 from service.settings import get_settings
 from workers import judging
@@ -86,6 +86,26 @@ def fan_out(event_pks: list[int]) -> int:
         for pk in event_pks:
             app.send_task(JUDGE_TASK, args=[pk], queue=queue, producer=producer)
     return len(event_pks)
+
+
+@app.task(name=PURGE_TASK)  # type: ignore[untyped-decorator]
+def purge_old_texts() -> int:
+    """Erase the texts of events older than the retention period; their scores stay."""
+    rt = runtime()
+    if rt.settings.retention_days <= 0:
+        return 0
+    cutoff = repository.older_than(repository.utcnow(), rt.settings.retention_days * 86400)
+    purged = 0
+    while True:
+        with session_scope(rt.engine) as session:
+            count = repository.purge_texts(session, cutoff, limit=1000)
+            session.commit()
+        purged += count
+        if count < 1000:
+            break
+    if purged:
+        log.info("purged texts past retention", extra={"count": purged})
+    return purged
 
 
 @app.task(name=SWEEP_TASK)  # type: ignore[untyped-decorator]
