@@ -23,11 +23,24 @@ from service.metrics import FAMILIES, Family
 
 HASH_KEY = "rm:metrics:v1"
 DONE_PREFIX = "rm:metrics:done:"
+# Set once the hash holds everything the database implies (see service.rebuild). While it is
+# missing (a fresh or flushed Redis), plain increments are dropped: the rebuild counts them.
+EPOCH_KEY = "rm:metrics:epoch"
 # How long a "this event was already counted" marker lives; redeliveries come within minutes.
 DONE_TTL_SECONDS = 7 * 24 * 3600
 
 # Adds the deltas only if the done-marker did not exist, atomically: a task delivered twice,
 # or re-run after a crash between the database commit and this call, never counts twice.
+_ADD_IN_EPOCH = """
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  for i = 1, #ARGV, 2 do
+    redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+  return 1
+end
+return 0
+"""
+
 _ADD_ONCE = """
 if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
   for i = 2, #ARGV, 2 do
@@ -73,14 +86,30 @@ class Aggregates:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
         self._add_once = redis.register_script(_ADD_ONCE)
+        self._add_in_epoch = redis.register_script(_ADD_IN_EPOCH)
 
-    def add(self, delta: Delta) -> None:
+    def add(self, delta: Delta) -> bool:
+        """Apply ``delta`` if the aggregates are complete; False when a rebuild is due instead."""
         if not delta:
-            return
-        pipe = self.redis.pipeline(transaction=False)
+            return True
+        args: list[str | float] = []
+        for key, amount in delta.values.items():
+            args.extend([key, amount])
+        return bool(self._add_in_epoch(keys=[HASH_KEY, EPOCH_KEY], args=args))
+
+    def force_add(self, delta: Delta) -> None:
+        """Apply ``delta`` unconditionally (the rebuild's own totals)."""
+        pipe = self.redis.pipeline(transaction=True)
         for key, amount in delta.values.items():
             pipe.hincrbyfloat(HASH_KEY, key, amount)
         pipe.execute()
+
+    def has_epoch(self) -> bool:
+        return bool(self.redis.exists(EPOCH_KEY))
+
+    def start_epoch(self, started_at: float) -> bool:
+        """Claim the rebuild: True for the one caller that sets the epoch."""
+        return bool(self.redis.set(EPOCH_KEY, started_at, nx=True))
 
     def add_once(self, done_key: str, delta: Delta) -> bool:
         """Apply ``delta`` unless ``done_key`` was applied before; True when applied now."""
@@ -102,7 +131,7 @@ class Aggregates:
 
     def clear(self) -> None:
         """Forget every aggregate (before a rebuild)."""
-        self.redis.delete(HASH_KEY)
+        self.redis.delete(HASH_KEY, EPOCH_KEY)
         cursor = 0
         while True:
             cursor, keys = self.redis.scan(cursor, match=DONE_PREFIX + "*", count=1000)

@@ -26,11 +26,18 @@ class PipelineState:
 
 
 class SharedCollector(Collector):
-    def __init__(self, aggregates: Aggregates, pipeline_state: Callable[[], PipelineState]) -> None:
+    def __init__(
+        self,
+        aggregates: Aggregates,
+        pipeline_state: Callable[[], PipelineState],
+        before_scrape: Callable[[], None] = lambda: None,
+    ) -> None:
         self.aggregates = aggregates
         self.pipeline_state = pipeline_state
+        self.before_scrape = before_scrape
 
     def collect(self) -> Iterator[Metric]:
+        self.before_scrape()
         values = self.aggregates.read()
         by_family: dict[str, dict[tuple[str, ...], dict[str, float]]] = defaultdict(
             lambda: defaultdict(dict)

@@ -21,6 +21,8 @@ Families (labels in brackets):
 - retrieval_monitor_judge_labels_missing_total [judge]
 - retrieval_monitor_judge_labels_total [judge]
 - retrieval_monitor_judge_cache_hits_total [judge]
+- retrieval_monitor_judge_output_mode_total [judge, mode]: answered judge calls by how the reply
+  was constrained (json_schema, json_object, text); the mode in use is the one that grows
 - retrieval_monitor_judge_latency_seconds histogram [judge]
 - retrieval_monitor_pipeline_lag_seconds histogram [app]: from receipt to the measures' export
 - retrieval_monitor_queue_depth gauge [queue]
@@ -111,6 +113,11 @@ FAMILIES: dict[str, Family] = {
         _counter("judge_labels", "Passage labels the judge produced.", ("judge",)),
         _counter("judge_labels_missing", "Passage labels missing after retries.", ("judge",)),
         _counter("judge_cache_hits", "Passage labels served from the label cache.", ("judge",)),
+        _counter(
+            "judge_output_mode",
+            "Answered judge calls by output mode (json_schema, json_object, text).",
+            ("judge", "mode"),
+        ),
         Family(
             "judge_latency_seconds",
             "histogram",

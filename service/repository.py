@@ -525,3 +525,63 @@ def stored_event(session: Session, event: Event) -> StoredEvent:
 
 def older_than(now: datetime, seconds: float) -> datetime:
     return now - timedelta(seconds=seconds)
+
+
+# --- rebuilding the shared aggregates -----------------------------------------------------------
+
+
+def accepted_counts(session: Session, received_before: datetime) -> list[tuple[str, str, str, int]]:
+    rows = session.execute(
+        select(col(Event.app), col(Event.retriever), col(Event.environment), func.count())
+        .where(col(Event.received_at) < received_before)
+        .group_by(col(Event.app), col(Event.retriever), col(Event.environment))
+    )
+    return [(r[0], r[1], r[2], int(r[3])) for r in rows]
+
+
+@dataclass(frozen=True)
+class ScoredEvent:
+    event_pk: int
+    app: str
+    retriever: str
+    environment: str
+    judged_passages: int
+    score: Score
+    run: JudgeRun | None
+
+
+def scored_events(session: Session, after_score_id: int, limit: int) -> list[ScoredEvent]:
+    """Scores in id order with their event's labels and judge run, one page at a time."""
+    rows = session.execute(
+        select(
+            Score,
+            col(Event.app),
+            col(Event.retriever),
+            col(Event.environment),
+            col(Event.k),
+            col(Event.passage_count),
+            JudgeRun,
+        )
+        .join(Event, col(Event.id) == col(Score.event_pk))
+        .outerjoin(
+            JudgeRun,
+            (col(JudgeRun.event_pk) == col(Score.event_pk))
+            & (col(JudgeRun.judge) == col(Score.judge))
+            & (col(JudgeRun.prompt_version) == col(Score.prompt_version)),
+        )
+        .where(col(Score.id) > after_score_id)
+        .order_by(col(Score.id))
+        .limit(limit)
+    ).all()
+    return [
+        ScoredEvent(
+            event_pk=row[0].event_pk,
+            app=row[1],
+            retriever=row[2],
+            environment=row[3],
+            judged_passages=min(row[5], 2 * row[4]),
+            score=row[0],
+            run=row[6],
+        )
+        for row in rows
+    ]

@@ -17,6 +17,7 @@ from service.settings import Settings
 from tests.conftest import WorkerFactory, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event
+from workers.judge.prompt import PROMPT_VERSION
 
 QUERY = "what is the boiling point of water"
 TEXTS = {i: f"passage number {i} about topic {i}" for i in range(1, 9)}
@@ -84,7 +85,7 @@ def test_an_event_is_judged_scored_and_exported(running: TestClient, fake_llm: F
     assert [p["grade"] for p in stored["passages"]] == [0, 3, 1, 2, 3, 0, 0, 0]
     assert [p["relevant"] for p in stored["passages"]][:4] == [False, True, False, True]
     assert stored["judge"] == "fake-judge"
-    assert stored["prompt_version"] == "v1"
+    assert stored["prompt_version"] == PROMPT_VERSION
     assert stored["context_rating"] == 2
     m = stored["measures"]
     # n_p = 2 relevant in the top 4; N^_p = 3 relevant in the top 8; alpha 0.5.
@@ -109,7 +110,12 @@ def test_an_event_is_judged_scored_and_exported(running: TestClient, fake_llm: F
     # One judge call graded all 8 passages and the context.
     stats = fake_llm.stats()
     assert stats["calls"] == 1
-    labels = {"app": "shop", "retriever": "bm25-v1", "judge": "fake-judge", "prompt_version": "v1"}
+    labels = {
+        "app": "shop",
+        "retriever": "bm25-v1",
+        "judge": "fake-judge",
+        "prompt_version": PROMPT_VERSION,
+    }
     assert metric(running, "retrieval_monitor_events_judged_total", **labels) == 1
     assert metric(running, "retrieval_monitor_measure_precision_count", **labels) == 1
     assert metric(running, "retrieval_monitor_measure_precision_sum", **labels) == 0.5

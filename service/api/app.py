@@ -14,6 +14,7 @@ from service.aggregates import Delta
 from service.api import events, health
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.deps import AppState
+from service.rebuild import ensure_aggregates
 from service.runtime import Runtime
 from service.settings import Settings
 
@@ -32,6 +33,10 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        try:
+            ensure_aggregates(runtime)
+        except Exception:  # Redis or the database down at start: /metrics retries on scrape
+            log.warning("shared aggregates not checked at startup", exc_info=True)
         yield
         runtime.engine.dispose()
 

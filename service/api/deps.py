@@ -12,6 +12,7 @@ from service.db import session_scope
 from service.exporter import PipelineState, SharedCollector, build_registry
 from service.ingest import Ingestor
 from service.queue import TaskSender
+from service.rebuild import ensure_aggregates_in_background
 from service.repository import pending_summary, utcnow
 from service.runtime import Runtime
 
@@ -42,7 +43,13 @@ class AppState:
                 oldest_pending_age_seconds=max(age, 0.0),
             )
 
-        registry = build_registry(SharedCollector(runtime.aggregates, pipeline_state))
+        def before_scrape() -> None:
+            if not runtime.aggregates.has_epoch():
+                ensure_aggregates_in_background(runtime)
+
+        registry = build_registry(
+            SharedCollector(runtime.aggregates, pipeline_state, before_scrape)
+        )
         return cls(
             runtime=runtime,
             ingestor=Ingestor(runtime, sender),
