@@ -137,16 +137,23 @@ def settings_env(settings: Settings) -> dict[str, str]:
 class WorkerProcess:
     """A real Celery worker process judging from the test's queue."""
 
-    def __init__(self, settings: Settings, log_path: Path, concurrency: int = 1) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        log_path: Path,
+        concurrency: int = 1,
+        with_scheduler: bool = False,
+    ) -> None:
         self.settings = settings
         self.log_path = log_path
         self.concurrency = concurrency
+        self.with_scheduler = with_scheduler
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
         from service.cli import worker_command
 
-        command = worker_command(self.concurrency, False, self.settings)
+        command = worker_command(self.concurrency, self.with_scheduler, self.settings)
         self.log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             command,
@@ -154,6 +161,7 @@ class WorkerProcess:
             cwd=REPO_ROOT,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so a test can kill it whole
         )
         self._wait_ready()
         return self
@@ -168,6 +176,15 @@ class WorkerProcess:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"worker not ready: {self.log_path.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool processes at once, as an OOM kill or a node loss."""
+        import signal
+
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.log.close()
 
     def stop(self, sig: int = 15) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -188,9 +205,14 @@ class WorkerFactory:
         self.log_dir = log_dir
         self.started: list[WorkerProcess] = []
 
-    def __call__(self, settings: Settings, concurrency: int = 1) -> WorkerProcess:
+    def __call__(
+        self, settings: Settings, concurrency: int = 1, with_scheduler: bool = False
+    ) -> WorkerProcess:
         worker = WorkerProcess(
-            settings, self.log_dir / f"worker-{len(self.started)}.log", concurrency
+            settings,
+            self.log_dir / f"worker-{len(self.started)}.log",
+            concurrency,
+            with_scheduler,
         )
         self.started.append(worker)
         return worker

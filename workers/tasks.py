@@ -12,6 +12,7 @@ from service import repository
 from service.aggregates import Delta
 from service.db import session_scope
 from service.queue import FANOUT_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK
+from service.rebuild import ensure_aggregates
 from service.runtime import Runtime
 from service.settings import get_settings
 from workers import judging
@@ -110,8 +111,10 @@ def purge_old_texts() -> int:
 
 @app.task(name=SWEEP_TASK)  # type: ignore[untyped-decorator]
 def sweep_pending() -> int:
-    """Re-enqueue events left pending (a lost task, a Redis restart, a failed enqueue)."""
+    """Re-enqueue events left pending (a lost task, a Redis restart, a failed enqueue), and
+    rebuild the shared aggregates if Redis lost them."""
     rt = runtime()
+    ensure_aggregates(rt)
     now = repository.utcnow()
     stale_before = repository.older_than(now, rt.settings.pending_requeue_seconds)
     with session_scope(rt.engine) as session:
