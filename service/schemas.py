@@ -16,11 +16,29 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from service.settings import Settings
 
 
+def storable(value: str, what: str) -> str:
+    """Text every supported database can store: no NUL (PostgreSQL refuses it in text) and no
+    lone surrogates (not UTF-8)."""
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid Unicode (lone surrogate)") from exc
+    return value
+
+
 class PassageIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: str | None = Field(None, max_length=200, description="The app's id of the passage.")
-    text: str = Field(description="The passage text as the prompt carried it.")
+    id: str | None = Field(
+        None, min_length=1, max_length=200, description="The app's id of the passage."
+    )
+    # The schema states "not blank"; the validators say it in words a person can act on.
+    text: str = Field(
+        description="The passage text as the prompt carried it.",
+        json_schema_extra={"minLength": 1, "pattern": r"\S"},
+    )
     score: float | None = Field(None, description="The retriever's own score, if any.")
 
     @field_validator("text")
@@ -28,7 +46,7 @@ class PassageIn(BaseModel):
     def text_not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("passage text is empty")
-        return value
+        return storable(value, "passage text")
 
 
 class CandidateIn(BaseModel):
@@ -56,10 +74,16 @@ class EventIn(BaseModel):
     app: str = Field(min_length=1, description="The application (a metric label).")
     retriever: str = Field(min_length=1, description="Retriever name/version (a metric label).")
     environment: str | None = Field(None, description="e.g. prod, staging (a metric label).")
-    query: str = Field(description="The text the retriever got.")
-    passages: list[PassageIn] = Field(description="Ranked passages; order is rank.")
+    query: str = Field(
+        description="The text the retriever got.",
+        json_schema_extra={"minLength": 1, "pattern": r"\S"},
+    )
+    passages: list[PassageIn] = Field(
+        description="Ranked passages; order is rank.", json_schema_extra={"minItems": 1}
+    )
     k: int | None = Field(
         None,
+        ge=1,
         description="How many passages the prompt carries (default: all). Passages after k "
         "(up to 2k) only estimate the number of relevant passages.",
     )
@@ -79,7 +103,12 @@ class EventIn(BaseModel):
     def query_not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("query is empty")
-        return value
+        return storable(value, "query")
+
+    @field_validator("app", "retriever", "environment", "response")
+    @classmethod
+    def labels_storable(cls, value: str | None) -> str | None:
+        return None if value is None else storable(value, "a text field")
 
     @field_validator("passages")
     @classmethod
@@ -159,6 +188,26 @@ class FeedbackIn(BaseModel):
         if self.response is None and self.response_grade is None and self.answer_correct is None:
             raise ValueError("give response_grade, answer_correct or response")
         return self
+
+
+class ErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx and 503: a message a person can act on, and the field errors of a 422."""
+
+    detail: str
+    errors: list[ErrorItem] | None = None
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "Missing, unknown or revoked API key."},
+    422: {"model": ErrorBody, "description": "Malformed, or breaks a limit; says which."},
+    503: {"model": ErrorBody, "description": "Overloaded or a dependency is down; Retry-After."},
+}
 
 
 IngestStatus = Literal["accepted", "duplicate", "rejected"]

@@ -14,8 +14,10 @@ from service.auth import Principal
 from service.db import session_scope
 from service.ingest import Rejection, validate
 from service.schemas import (
+    ERROR_RESPONSES,
     BatchIn,
     BatchResult,
+    ErrorBody,
     EventIn,
     EventView,
     FeedbackIn,
@@ -23,7 +25,7 @@ from service.schemas import (
     PassageView,
 )
 
-router = APIRouter(prefix="/v1/events", tags=["events"])
+router = APIRouter(prefix="/v1/events", tags=["events"], responses=ERROR_RESPONSES)
 State = Annotated[AppState, Depends(app_state)]
 
 
@@ -33,9 +35,9 @@ State = Annotated[AppState, Depends(app_state)]
     status_code=status.HTTP_202_ACCEPTED,
     responses={
         200: {"model": IngestResult, "description": "Already known: nothing new was stored."},
-        409: {"description": "The event_id is already used by a different event."},
-        429: {"description": "The tenant is over its rate; see Retry-After."},
-        503: {"description": "Overloaded (backlog or slow database); see Retry-After."},
+        409: {"model": ErrorBody, "description": "The event_id is used by a different event."},
+        413: {"model": ErrorBody, "description": "The body is over max_body_bytes."},
+        429: {"model": ErrorBody, "description": "The tenant is over its rate; see Retry-After."},
         422: {"description": "The event is malformed or breaks a limit."},
     },
 )
@@ -89,7 +91,7 @@ def post_batch(batch: BatchIn, state: State, caller: Caller) -> BatchResult:
     )
 
 
-@router.get("/{event_id}", response_model=EventView, responses={404: {}})
+@router.get("/{event_id}", response_model=EventView, responses={404: {"model": ErrorBody}})
 def get_event(event_id: str, state: State, caller: Caller) -> EventView:
     """The event as stored, its judging status, per-passage grades and its measures."""
     with session_scope(state.runtime.engine) as session:
@@ -100,7 +102,7 @@ def get_event(event_id: str, state: State, caller: Caller) -> EventView:
     return _view(stored)
 
 
-@router.post("/{event_id}/feedback", responses={404: {}})
+@router.post("/{event_id}/feedback", responses={404: {"model": ErrorBody}})
 def post_feedback(
     event_id: str, feedback: FeedbackIn, state: State, caller: Caller
 ) -> dict[str, Any]:
