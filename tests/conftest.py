@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -24,7 +25,12 @@ from sqlalchemy import create_engine, text
 from service.api.app import create_app
 from service.migrate import upgrade
 from service.settings import Settings
-from tests.fake_llm.fixture import fake_llm, fake_llm_server  # noqa: F401  (fixtures)
+
+# The OpenAI-compatible test server's fixtures: fake_llm_server (per session), fake_llm.
+pytest_plugins = ["tests.fake_llm.fixture"]
+
+if TYPE_CHECKING:
+    from tests.fake_llm.fixture import FakeLLM
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("RM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -276,3 +282,24 @@ class LiveServer:
     def __exit__(self, *_exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=15)
+
+
+@pytest.fixture
+def llm_settings(tmp_path: Path, sqlite_url: str, redis_url: str, fake_llm: FakeLLM) -> Settings:
+    upgrade(sqlite_url)
+    return make_settings(
+        tmp_path,
+        sqlite_url,
+        redis_url,
+        judge_base_url=fake_llm.base_url,
+        judge_model="fake-judge",
+        judge_max_retries=3,
+        judge_timeout_seconds=5,
+    )
+
+
+@pytest.fixture
+def running(llm_settings: Settings, worker_factory: WorkerFactory) -> Iterator[TestClient]:
+    worker_factory(llm_settings).start()
+    with TestClient(create_app(llm_settings)) as client:
+        yield client

@@ -3,7 +3,6 @@ OpenAI-compatible HTTP server as the judge, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,30 +44,9 @@ def wait_status(client: TestClient, event_id: str, status: str = "judged") -> di
     def done() -> bool:
         return bool(client.get(f"/v1/events/{event_id}").json()["status"] == status)
 
-    wait_for(done, timeout=60)
+    wait_for(done, timeout=120)
     body: dict[str, Any] = client.get(f"/v1/events/{event_id}").json()
     return body
-
-
-@pytest.fixture
-def llm_settings(tmp_path: Path, sqlite_url: str, redis_url: str, fake_llm: FakeLLM) -> Settings:
-    upgrade(sqlite_url)
-    return make_settings(
-        tmp_path,
-        sqlite_url,
-        redis_url,
-        judge_base_url=fake_llm.base_url,
-        judge_model="fake-judge",
-        judge_max_retries=3,
-        judge_timeout_seconds=5,
-    )
-
-
-@pytest.fixture
-def running(llm_settings: Settings, worker_factory: WorkerFactory) -> Iterator[TestClient]:
-    worker_factory(llm_settings).start()
-    with TestClient(create_app(llm_settings)) as client:
-        yield client
 
 
 def label_topics(fake_llm: FakeLLM, grades: dict[int, int]) -> None:
