@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from service import logs
+from service.analysis.cli import add_analyze_command
 from service.settings import Settings, get_settings
 
 log = logging.getLogger("retrieval_monitor")
@@ -119,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.set_defaults(handler=cmd_keys_revoke)
     listing = keys_sub.add_parser("list", help="list keys (hash prefix, tenant, state)")
     listing.set_defaults(handler=cmd_keys_list)
+
+    add_analyze_command(sub)
 
     show = sub.add_parser("settings", help="print every setting with its value and description")
     show.set_defaults(handler=cmd_settings)
@@ -279,6 +282,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from service.api.app import create_app
     from service.embedded import EmbeddedRedis
     from service.migrate import upgrade
+    from service.server import Server
 
     overrides: dict[str, object] = {}
     if args.host:
@@ -302,7 +306,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         )
         log.info("worker started", extra={"pid": worker.pid})
 
-    server = uvicorn.Server(
+    server = Server(
         uvicorn.Config(
             create_app(settings),
             host=settings.host,

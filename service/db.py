@@ -22,7 +22,9 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # No pre-ping: it costs a round trip on every checkout, on the hot paths; connections the
+    # server closed are recycled by age instead, and a failed statement is retried by the caller.
+    return create_engine(url, pool_recycle=1800, pool_size=10, max_overflow=20)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
@@ -31,10 +31,13 @@ class SharedCollector(Collector):
         aggregates: Aggregates,
         pipeline_state: Callable[[], PipelineState],
         before_scrape: Callable[[], None] = lambda: None,
+        extra: Callable[[], Iterable[Metric]] = lambda: (),
     ) -> None:
         self.aggregates = aggregates
         self.pipeline_state = pipeline_state
         self.before_scrape = before_scrape
+        # Families computed elsewhere at scrape time (the judge's agreement with gold labels).
+        self.extra = extra
 
     def collect(self) -> Iterator[Metric]:
         self.before_scrape()
@@ -68,6 +71,7 @@ class SharedCollector(Collector):
             OLDEST_PENDING_AGE.help,
             value=state.oldest_pending_age_seconds,
         )
+        yield from self.extra()
 
 
 def _histogram(family: Family, series: dict[tuple[str, ...], dict[str, float]]) -> Metric:

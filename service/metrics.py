@@ -28,6 +28,8 @@ Families (labels in brackets):
 - retrieval_monitor_queue_depth gauge [queue]
 - retrieval_monitor_oldest_pending_event_age_seconds gauge
 - retrieval_monitor_events_pending gauge
+- retrieval_monitor_judge_gold_{kappa,precision,recall,passages} gauges [judge, prompt_version]:
+  the judge's agreement with gold labels over the last day (service.analysis.gauges)
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from service.aggregates import Delta
-from service.api import events, health
+from service.api import analysis, events, health, otlp
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.deps import AppState
 from service.rebuild import ensure_aggregates
@@ -49,6 +49,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.rm = state
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.include_router(events.router)
+    app.include_router(otlp.router)
+    app.include_router(analysis.router)
     app.include_router(health.router)
 
     @app.exception_handler(RequestValidationError)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fastapi import Request
 from prometheus_client import CollectorRegistry
 
+from service.analysis.gauges import CachedCalibrationGauges
 from service.auth import KeyStore
 from service.db import session_scope
 from service.exporter import PipelineState, SharedCollector, build_registry
@@ -48,7 +49,12 @@ class AppState:
                 ensure_aggregates_in_background(runtime)
 
         registry = build_registry(
-            SharedCollector(runtime.aggregates, pipeline_state, before_scrape)
+            SharedCollector(
+                runtime.aggregates,
+                pipeline_state,
+                before_scrape,
+                extra=CachedCalibrationGauges(runtime.engine),
+            )
         )
         return cls(
             runtime=runtime,
