@@ -1,0 +1,151 @@
+"""Judge-against-gold agreement as Prometheus gauges, so a dashboard can show the smoke alarm
+next to its calibration against the instrument.
+
+Families (labels: judge, prompt_version), over the gold events received in a recent window:
+- retrieval_monitor_judge_gold_kappa: Cohen's kappa of the judge's relevance against gold
+- retrieval_monitor_judge_gold_precision: share of judge-relevant passages that are gold (0-1)
+- retrieval_monitor_judge_gold_recall: share of retrieved gold passages the judge found (0-1)
+- retrieval_monitor_judge_gold_passages: labelled passages of gold events behind the figures
+
+A ratio that cannot be computed (e.g. precision of a judge that never said "relevant") has no
+sample rather than a made-up 0, and a judge without gold events in the window has no series.
+The figures come from the database, so every replica reports the same ones. They pool every
+tenant's gold events by default: agreement with gold is a property of the judge.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Session
+
+from service import analysis_repository as repo
+from service.analysis.calibration import JudgeCalibration, calibrate
+from service.analysis.dataset import label_pairs
+from service.analysis_repository import EventWindow
+from service.db import session_scope
+from service.repository import utcnow
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "retrieval_monitor"
+LABELS = ("judge", "prompt_version")
+DEFAULT_WINDOW = timedelta(hours=24)
+# Enough for a day of gold traffic; a gold set is hand-made and small.
+MAX_GOLD_EVENTS = 20_000
+
+
+@dataclass(frozen=True)
+class GaugeFamily:
+    name: str
+    help: str
+    value: Callable[[JudgeCalibration], float]
+
+    @property
+    def full_name(self) -> str:
+        return f"{NAMESPACE}_{self.name}"
+
+
+GAUGES: tuple[GaugeFamily, ...] = (
+    GaugeFamily(
+        "judge_gold_kappa",
+        "Cohen's kappa of the judge's relevance labels against gold labels, recent window.",
+        lambda c: c.kappa.kappa,
+    ),
+    GaugeFamily(
+        "judge_gold_precision",
+        "Share of passages the judge called relevant that are gold passages, recent window.",
+        lambda c: c.precision.value,
+    ),
+    GaugeFamily(
+        "judge_gold_recall",
+        "Share of retrieved gold passages the judge called relevant, recent window.",
+        lambda c: c.recall.value,
+    ),
+    GaugeFamily(
+        "judge_gold_passages",
+        "Labelled passages of gold events behind the judge-against-gold gauges.",
+        lambda c: float(c.passages),
+    ),
+)
+
+
+def recent_calibration(
+    session: Session,
+    *,
+    window: timedelta = DEFAULT_WINDOW,
+    now: datetime | None = None,
+    tenant: str | None = None,
+) -> list[JudgeCalibration]:
+    end = now or utcnow()
+    events = repo.gold_events_in_window(
+        session, EventWindow(end - window, end, tenant=tenant, max_events=MAX_GOLD_EVENTS)
+    )
+    pks = [e.pk for e in events]
+    judgments = repo.labelled_judgments(session, pks)
+    return calibrate(label_pairs(events, repo.passage_ids(session, pks), judgments))
+
+
+def calibration_gauges(
+    session: Session,
+    *,
+    window: timedelta = DEFAULT_WINDOW,
+    now: datetime | None = None,
+    tenant: str | None = None,
+) -> list[Metric]:
+    """The gauge families of ``GAUGES`` for the gold events of the last ``window``."""
+    calibrations = recent_calibration(session, window=window, now=now, tenant=tenant)
+    families: list[Metric] = []
+    for gauge in GAUGES:
+        family = GaugeMetricFamily(gauge.full_name, gauge.help, labels=list(LABELS))
+        for calibration in calibrations:
+            value = gauge.value(calibration)
+            if not math.isnan(value):
+                family.add_metric([calibration.judge, calibration.prompt_version], value)
+        families.append(family)
+    return families
+
+
+class CachedCalibrationGauges:
+    """``calibration_gauges`` recomputed at most every ``ttl_seconds``: a scrape every 15 s
+    should not re-read a day of gold judgments each time, and the figures move slowly."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        ttl_seconds: float = 60.0,
+        window: timedelta = DEFAULT_WINDOW,
+        tenant: str | None = None,
+    ) -> None:
+        self.engine = engine
+        self.ttl_seconds = ttl_seconds
+        self.window = window
+        self.tenant = tenant
+        self._lock = threading.Lock()
+        self._expires = 0.0
+        self._families: list[Metric] = []
+
+    def __call__(self) -> list[Metric]:
+        with self._lock:
+            if time.monotonic() >= self._expires:
+                self._expires = time.monotonic() + self.ttl_seconds
+                try:
+                    with session_scope(self.engine) as session:
+                        self._families = calibration_gauges(
+                            session, window=self.window, tenant=self.tenant
+                        )
+                except SQLAlchemyError:
+                    # A failed read must not fail the whole scrape: keep the last figures and
+                    # try again after the ttl.
+                    log.warning("judge calibration gauges not refreshed", exc_info=True)
+            return list(self._families)
