@@ -5,9 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/bootstrap.sh dev
-if [ -x scripts/install-test-tools.sh ]; then
-  scripts/install-test-tools.sh
-fi
+scripts/install-test-tools.sh
+scripts/install-browser.sh
 
 # Redis: the tests use database 15 of the server on 127.0.0.1:6379; start one if none answers.
 if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then

@@ -92,6 +92,7 @@ def _summary(client: httpx.Client, base: str, event_ids: list[str], judged: int)
         "",
         f"Metrics:        {base}/metrics",
         f"API docs:       {base}/docs",
+        f"Misses page:    {base}/ui/misses",
         f"A judged event: {base}/v1/events/{event_ids[0] if event_ids else ''}",
         json.dumps(
             {k: example.get(k) for k in ("event_id", "status", "judge", "measures")}, indent=2

@@ -174,3 +174,7 @@ class ApiKey(SQLModel, table=True):
 def table(model: type[SQLModel]) -> Table:
     """The Core table of a model, for bulk statements."""
     return SQLModel.metadata.tables[str(model.__tablename__)]
+
+
+# Tables owned by other stages register themselves on the same metadata.
+from service import ui_models  # noqa: E402, F401  (miss_causes)

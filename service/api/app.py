@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from service import ui
 from service.aggregates import Delta
 from service.api import analysis, events, health, otlp
 from service.api.body_limit import BodyLimitMiddleware
@@ -52,6 +53,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(otlp.router)
     app.include_router(analysis.router)
     app.include_router(health.router)
+    app.include_router(ui.router)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,0 +1,16 @@
+"""The built-in web pages for reading what went wrong, and the miss-cause API they use.
+
+``router`` carries both: the pages under /ui and the JSON routes under /v1.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.ui import api, pages
+
+router = APIRouter()
+router.include_router(pages.router)
+router.include_router(api.router)
+
+__all__ = ["router"]

@@ -1,0 +1,103 @@
+"""The miss-cause API: record why a gold miss happened, and count misses by cause."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query, status
+
+from service import repository
+from service.api.deps import AppState, app_state
+from service.db import session_scope
+from service.models import Event
+from service.ui import ui_repository
+from service.ui.auth import UiCaller
+from service.ui.filters import UNCLASSIFIED, EventFilter, TimeWindow
+from service.ui.schemas import CauseCountsView, MissCauseIn, MissCauseView
+from service.ui_models import MissCause, MissCauseKind
+
+router = APIRouter(tags=["misses"])
+State = Annotated[AppState, Depends(app_state)]
+
+
+def _view(event: Event, cause: MissCause) -> MissCauseView:
+    return MissCauseView(
+        event_id=event.event_id,
+        cause=MissCauseKind(cause.cause),
+        note=cause.note,
+        recorded_at=cause.recorded_at,
+    )
+
+
+@router.put(
+    "/v1/events/{event_id}/miss-cause",
+    response_model=MissCauseView,
+    responses={404: {}, 422: {"description": "Not a gold miss, or a malformed cause."}},
+)
+def put_miss_cause(
+    event_id: str, body: MissCauseIn, state: State, caller: UiCaller
+) -> MissCauseView:
+    """Record why the event's gold passage did not reach the prompt; replaces an earlier cause."""
+    with session_scope(state.runtime.engine) as session:
+        event = repository.find_event(session, caller.tenant, event_id)
+        if event is None or event.id is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
+        if not ui_repository.is_gold_miss(session, event.id):
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                detail=f"event {event_id!r} is not a gold miss: it has no gold passage ids, or "
+                "one of them reached the prompt",
+            )
+        cause = ui_repository.record_cause(
+            session, event.id, body.cause, body.note, repository.utcnow()
+        )
+        session.commit()
+    return _view(event, cause)
+
+
+@router.get("/v1/events/{event_id}/miss-cause", response_model=MissCauseView, responses={404: {}})
+def get_miss_cause(event_id: str, state: State, caller: UiCaller) -> MissCauseView:
+    """The cause recorded for the event's gold miss; 404 when none is."""
+    with session_scope(state.runtime.engine) as session:
+        event = repository.find_event(session, caller.tenant, event_id)
+        if event is None or event.id is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
+        cause = ui_repository.find_cause(session, event.id)
+    if cause is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, detail=f"no cause recorded for event {event_id!r}"
+        )
+    return _view(event, cause)
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
+@router.get("/v1/misses/causes", response_model=CauseCountsView)
+def get_cause_counts(
+    state: State,
+    caller: UiCaller,
+    app: Annotated[str | None, Query(description="Only events of this app.")] = None,
+    retriever: Annotated[str | None, Query(description="Only events of this retriever.")] = None,
+    since: Annotated[
+        datetime | None, Query(description="Received at or after (ISO 8601; UTC if no offset).")
+    ] = None,
+    until: Annotated[datetime | None, Query(description="Received before (ISO 8601).")] = None,
+) -> CauseCountsView:
+    """Gold misses counted by recorded cause, to choose the next fix by numbers."""
+    chosen = EventFilter(
+        window=TimeWindow("custom", _utc(since), _utc(until)), app=app, retriever=retriever
+    )
+    with session_scope(state.runtime.engine) as session:
+        counts = ui_repository.cause_counts(session, caller.tenant, chosen)
+    return CauseCountsView(
+        gold_events=counts.gold_events,
+        misses=counts.misses,
+        classified=counts.classified,
+        unclassified=counts.by_cause[UNCLASSIFIED],
+        causes={kind: counts.by_cause[kind.value] for kind in MissCauseKind},
+    )

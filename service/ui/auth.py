@@ -1,0 +1,105 @@
+"""Who is reading the pages: the API's key check, plus a cookie a browser can carry.
+
+A browser cannot add an Authorization header to a page navigation, so the login form stores the
+key in an HttpOnly, SameSite=Strict cookie and ``ui_principal`` accepts it beside the API's two
+headers. Changes made with the cookie (recording a miss cause) also need the ``X-Requested-By``
+header: a cross-site form cannot set it, and a cross-site fetch() that does is preflighted and
+refused, so a page elsewhere cannot act with the cookie.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote, urlsplit
+
+from fastapi import Depends, HTTPException, Request, status
+
+from service.api.auth import presented_key
+from service.api.deps import AppState, app_state
+from service.auth import ANONYMOUS, Principal
+
+COOKIE_NAME = "rm_ui_key"
+COOKIE_MAX_AGE_SECONDS = 12 * 3600
+UI_HEADER = "x-requested-by"
+UI_HEADER_VALUE = "retrieval-monitor-ui"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def cross_site(request: Request) -> bool:
+    """True when the browser says the request was started by another site.
+
+    Sec-Fetch-Site and Origin are set by the browser and cannot be forged by a page; clients that
+    are not browsers send neither and pass.
+    """
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None:
+        return fetch_site not in ("same-origin", "same-site", "none")
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        return origin == "null"
+    return urlsplit(origin).netloc != request.headers.get("host", "")
+
+
+def _resolve(request: Request, state: AppState) -> Principal | None:
+    """The caller, or None when no usable key came (the caller decides how to say so)."""
+    if request.method not in SAFE_METHODS and cross_site(request):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="cross-site request refused")
+    if not state.runtime.settings.auth_required:
+        return ANONYMOUS
+    key = presented_key(request)
+    from_cookie = False
+    if key is None:
+        key = request.cookies.get(COOKIE_NAME) or None
+        from_cookie = key is not None
+    if key is None:
+        return None
+    principal = state.keys.principal(key)
+    if principal is None:
+        return None
+    if (
+        from_cookie
+        and request.method not in SAFE_METHODS
+        and request.headers.get(UI_HEADER) != UI_HEADER_VALUE
+    ):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            detail=f"a change made with the login cookie needs the {UI_HEADER} header",
+        )
+    return principal
+
+
+def ui_principal(request: Request, state: Annotated[AppState, Depends(app_state)]) -> Principal:
+    """The tenant of an API call: a key in a header, or the login cookie of the pages."""
+    principal = _resolve(request, state)
+    if principal is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            detail="an API key is required (Authorization: Bearer <key>, X-API-Key, or log in "
+            "at /ui/login)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return principal
+
+
+def page_principal(request: Request, state: Annotated[AppState, Depends(app_state)]) -> Principal:
+    """The tenant of a page; without a valid key the browser is sent to the login form."""
+    principal = _resolve(request, state)
+    if principal is None:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise HTTPException(
+            status.HTTP_303_SEE_OTHER,
+            detail="log in first",
+            headers={"Location": f"/ui/login?next={quote(target, safe='')}"},
+        )
+    return principal
+
+
+def safe_next(target: str | None) -> str:
+    """Where to go after logging in: only a path of the pages, never another site."""
+    if target and target.startswith("/ui") and not target.startswith("//"):
+        return target
+    return "/ui"
+
+
+UiCaller = Annotated[Principal, Depends(ui_principal)]
+PageCaller = Annotated[Principal, Depends(page_principal)]

@@ -1,0 +1,262 @@
+"""The built-in pages under /ui: overview, events, misses, and the login form.
+
+Server-rendered HTML; the only script records a miss's cause. Everything the pages load comes
+from this service (no fonts or scripts from elsewhere), so they work air-gapped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import parse_qs, quote
+
+from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+
+from service import repository
+from service.api.deps import AppState, app_state
+from service.db import session_scope
+from service.measures import MEASURE_NAMES
+from service.ui import ui_repository, views
+from service.ui.auth import (
+    COOKIE_MAX_AGE_SECONDS,
+    COOKIE_NAME,
+    UI_HEADER,
+    UI_HEADER_VALUE,
+    PageCaller,
+    cross_site,
+    safe_next,
+)
+from service.ui.filters import UNCLASSIFIED, WINDOWS, EventFilter, parse_filter
+from service.ui.render import render
+from service.ui_models import MISS_CAUSE_TITLES
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+State = Annotated[AppState, Depends(app_state)]
+STATIC = Path(__file__).resolve().parent / "static"
+STATIC_FILES = {"ui.css": "text/css", "ui.js": "text/javascript"}
+MAX_LOGIN_BODY = 4096
+
+# Everything from this origin only; inline scripts and styles are refused, so a passage that
+# slipped a tag past the escaping still could not run anything.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def _page(request: Request, template: str, status_code: int = 200, **context: object) -> Response:
+    state = app_state(request)
+    body = render(
+        template,
+        path=request.url.path,
+        auth_required=state.runtime.settings.auth_required,
+        ui_header=UI_HEADER,
+        ui_header_value=UI_HEADER_VALUE,
+        **context,
+    )
+    return HTMLResponse(body, status_code=status_code, headers=SECURITY_HEADERS)
+
+
+def _filter(request: Request) -> EventFilter:
+    return parse_filter(dict(request.query_params))
+
+
+@router.get("", response_class=HTMLResponse)
+def overview_page(request: Request, state: State, caller: PageCaller) -> Response:
+    chosen = _filter(request)
+    with session_scope(state.runtime.engine) as session:
+        data = ui_repository.overview(session, caller.tenant, chosen.window)
+    return _page(
+        request,
+        "overview.html",
+        title="Overview",
+        chosen=chosen,
+        windows=list(WINDOWS),
+        data=data,
+        panels=views.overview_panels(data),
+        alpha=state.runtime.settings.alpha,
+    )
+
+
+@router.get("/events", response_class=HTMLResponse)
+def events_page(request: Request, state: State, caller: PageCaller) -> Response:
+    chosen = _filter(request)
+    with session_scope(state.runtime.engine) as session:
+        page = ui_repository.list_events(session, caller.tenant, chosen)
+        choices = ui_repository.label_choices(session, caller.tenant, chosen.window)
+    return _page(
+        request,
+        "events.html",
+        title="Events",
+        chosen=chosen,
+        windows=list(WINDOWS),
+        choices=choices,
+        measures=MEASURE_NAMES,
+        page=page,
+        columns=("precision", "ndcg", "t", "f_e", "context_relevance", "recall"),
+    )
+
+
+@router.get("/events/{event_id}", response_class=HTMLResponse)
+def event_page(event_id: str, request: Request, state: State, caller: PageCaller) -> Response:
+    with session_scope(state.runtime.engine) as session:
+        event = repository.find_event(session, caller.tenant, event_id)
+        if event is None or event.id is None:
+            return _not_found(request, event_id)
+        stored = repository.stored_event(session, event)
+        is_miss = ui_repository.is_gold_miss(session, event.id)
+        cause = ui_repository.find_cause(session, event.id)
+    return _page(
+        request,
+        "event.html",
+        title=f"Event {event_id}",
+        stored=stored,
+        event=stored.event,
+        groups=views.passage_groups(views.passage_rows(stored), stored.event.k),
+        measures=views.measures_of(stored),
+        is_miss=is_miss,
+        cause=cause,
+        quoted_id=quote(event_id, safe=""),
+    )
+
+
+@router.get("/misses", response_class=HTMLResponse)
+def misses_page(request: Request, state: State, caller: PageCaller) -> Response:
+    chosen = _filter(request)
+    with session_scope(state.runtime.engine) as session:
+        counts = ui_repository.cause_counts(session, caller.tenant, chosen)
+        page = ui_repository.list_events(session, caller.tenant, chosen, misses_only=True)
+        ranks = ui_repository.gold_ranks(session, [row.pk for row in page.rows])
+        choices = ui_repository.label_choices(session, caller.tenant, chosen.window)
+    return _page(
+        request,
+        "misses.html",
+        title="Misses",
+        chosen=chosen,
+        windows=list(WINDOWS),
+        choices=choices,
+        counts=counts,
+        page=page,
+        ranks=ranks,
+        cause_keys=[*MISS_CAUSE_TITLES, UNCLASSIFIED],
+        cause_options=[(key.value, title) for key, title in MISS_CAUSE_TITLES.items()]
+        + [(UNCLASSIFIED, UNCLASSIFIED)],
+        detail_query=chosen.query_string(page=1, cause=None),
+    )
+
+
+@router.get("/misses/{event_id}", response_class=HTMLResponse)
+def miss_page(event_id: str, request: Request, state: State, caller: PageCaller) -> Response:
+    chosen = _filter(request)
+    with session_scope(state.runtime.engine) as session:
+        event = repository.find_event(session, caller.tenant, event_id)
+        if event is None or event.id is None:
+            return _not_found(request, event_id)
+        stored = repository.stored_event(session, event)
+        is_miss = ui_repository.is_gold_miss(session, event.id)
+        cause = ui_repository.find_cause(session, event.id)
+        following = ui_repository.next_unclassified_miss(session, caller.tenant, chosen, event.id)
+    rows = views.passage_rows(stored)
+    return _page(
+        request,
+        "miss.html",
+        title=f"Miss {event_id}",
+        event=stored.event,
+        stored=stored,
+        is_miss=is_miss,
+        gold=views.gold_side(stored, rows),
+        prompt=[row for row in rows if row.in_prompt],
+        sent=len(rows),
+        measures=views.measures_of(stored),
+        cause=cause,
+        causes=MISS_CAUSE_TITLES,
+        quoted_id=quote(event_id, safe=""),
+        following=following,
+        list_query=chosen.query_string(page=1, cause=None),
+    )
+
+
+def _not_found(request: Request, event_id: str) -> Response:
+    return _page(
+        request,
+        "not_found.html",
+        status_code=status.HTTP_404_NOT_FOUND,
+        title="Not found",
+        event_id=event_id,
+    )
+
+
+# --- login --------------------------------------------------------------------------------------
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, state: State) -> Response:
+    target = safe_next(request.query_params.get("next"))
+    if not state.runtime.settings.auth_required:
+        return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
+    return _page(request, "login.html", title="Log in", next=target, error=None)
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request, state: State) -> Response:
+    """Check the key and keep it in an HttpOnly cookie the browser sends back to this site only."""
+    if cross_site(request):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="cross-site request refused")
+    body = await request.body()
+    if len(body) > MAX_LOGIN_BODY:
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, detail="login form too large")
+    fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=4)
+    key = (fields.get("key") or [""])[0].strip()
+    target = safe_next((fields.get("next") or [""])[0])
+    if not state.runtime.settings.auth_required:
+        return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
+    if not key or state.keys.principal(key) is None:
+        return _page(
+            request,
+            "login.html",
+            status_code=status.HTTP_401_UNAUTHORIZED,
+            title="Log in",
+            next=target,
+            error="Unknown or revoked API key.",
+        )
+    response = RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
+    response.set_cookie(
+        COOKIE_NAME,
+        key,
+        max_age=COOKIE_MAX_AGE_SECONDS,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request) -> Response:
+    if cross_site(request):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="cross-site request refused")
+    response = RedirectResponse("/ui/login", status_code=status.HTTP_303_SEE_OTHER)
+    response.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict")
+    return response
+
+
+# --- static files -------------------------------------------------------------------------------
+
+
+@router.get("/static/{name}")
+def static_file(name: str) -> Response:
+    media_type = STATIC_FILES.get(name)
+    if media_type is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no static file {name!r}")
+    return FileResponse(
+        STATIC / name,
+        media_type=media_type,
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )
