@@ -7,4 +7,4 @@ test:  ## install the test tools and run lint, type checks and every test
 	scripts/test.sh
 
 lint:
-	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy service workers tests
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy service workers deploy tests

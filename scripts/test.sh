@@ -27,6 +27,6 @@ echo "==> ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 echo "==> mypy"
-.venv/bin/mypy service workers tests
+.venv/bin/mypy service workers deploy tests
 echo "==> pytest"
 .venv/bin/pytest "$@"

@@ -15,6 +15,7 @@ Families (labels in brackets):
 - retrieval_monitor_events_missing_measures_total [app, retriever, environment, judge,
   prompt_version]: judged events whose top-k had a missing label, so no measure was computed
 - retrieval_monitor_feedback_total [app, retriever, environment]
+- retrieval_monitor_http_responses_total [route, status_class]
 - retrieval_monitor_judge_calls_total [judge, outcome]  (outcome: ok, malformed, error)
 - retrieval_monitor_judge_tokens_total [judge, kind]  (kind: prompt, completion)
 - retrieval_monitor_judge_failures_total [judge, reason]
@@ -109,6 +110,11 @@ FAMILIES: dict[str, Family] = {
             MeasureLabels,
         ),
         _counter("feedback", "Feedback (response grades, correctness) received.", EventLabels),
+        _counter(
+            "http_responses",
+            "HTTP answers by route template and status class (2xx..5xx).",
+            ("route", "status_class"),
+        ),
         _counter("judge_calls", "Calls to the judge, by outcome.", ("judge", "outcome")),
         _counter("judge_tokens", "Tokens the judge consumed, by kind.", ("judge", "kind")),
         _counter("judge_failures", "Judge failures, by reason.", ("judge", "reason")),

@@ -260,3 +260,24 @@ def test_concurrent_sends_of_one_batch_store_each_event_once(
     assert sum(a["duplicate"] for a in answers) == 150
     assert count_rows(settings, Event) == 50
     assert count_rows(settings, Passage) == 200
+
+
+def test_http_answers_are_counted_by_route_template(client: TestClient) -> None:
+    from tests.conftest import wait_for
+
+    client.post("/v1/events", json=make_event("counted"))
+    client.get("/v1/events/counted")
+    client.get("/v1/events/unknown-id")
+    client.post(
+        "/v1/events", content=b"x" * 20_000_000, headers={"content-type": "application/json"}
+    )
+
+    def counted() -> bool:
+        return sample(client, "retrieval_monitor_http_responses_total") >= 4
+
+    wait_for(counted, timeout=10)
+    name = "retrieval_monitor_http_responses_total"
+    assert sample(client, name, route="/v1/events", status_class="2xx") == 1
+    assert sample(client, name, route="/v1/events", status_class="4xx") == 1  # the 413
+    assert sample(client, name, route="/v1/events/{event_id}", status_class="2xx") == 1
+    assert sample(client, name, route="/v1/events/{event_id}", status_class="4xx") == 1

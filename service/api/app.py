@@ -15,6 +15,7 @@ from service.aggregates import Delta
 from service.api import analysis, events, health, otlp
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.deps import AppState
+from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
 from service.rebuild import ensure_aggregates
 from service.runtime import Runtime
 from service.settings import Settings
@@ -31,6 +32,7 @@ context relevance, and recall with gold traffic) are exported on `/metrics` for 
 def create_app(settings: Settings) -> FastAPI:
     runtime = Runtime(settings)
     state = AppState.build(runtime)
+    responses = HttpResponseCounter(runtime.aggregates)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -38,7 +40,9 @@ def create_app(settings: Settings) -> FastAPI:
             ensure_aggregates(runtime)
         except Exception:  # Redis or the database down at start: /metrics retries on scrape
             log.warning("shared aggregates not checked at startup", exc_info=True)
+        responses.start()
         yield
+        responses.stop()
         runtime.engine.dispose()
 
     app = FastAPI(
@@ -49,6 +53,8 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.rm = state
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Added last, so it is outermost and also counts what the body limit answers itself.
+    app.add_middleware(HttpMetricsMiddleware, counter=responses)
     app.include_router(events.router)
     app.include_router(otlp.router)
     app.include_router(analysis.router)

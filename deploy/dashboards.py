@@ -1,0 +1,748 @@
+"""Grafana dashboards (overview, judge, pipeline), built from the same names as the rules.
+
+Panels read the recorded series of ``deploy.rules`` where a window matters (so the dashboards and
+the alerts show the same numbers), and raw counters with ``$__rate_interval`` where they only need
+a rate. Every panel filters on the configured selector and the dashboard's variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from deploy import rules as r
+from deploy.config import MonitoringConfig, seconds
+from service.metrics import MEASURE_BUCKETS
+
+SCHEMA_VERSION = 39
+TAG = "retrieval-monitor"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+NS = r.NS
+WIDTH = 24
+
+MEASURE_TITLES = {
+    "precision": "Precision@K",
+    "hit": "Hit@K",
+    "rr": "Reciprocal rank",
+    "ndcg": "nDCG@K",
+    "t": "T (alpha)",
+    "t_u": "T_u (alpha)",
+    "f_e": "F_e (estimated N_p)",
+    "context_relevance": "Context relevance (judge's rating)",
+    "k_over_np_est": "K / estimated N_p",
+    "recall": "Recall@K (gold)",
+    "f": "F (gold)",
+    "ndcg_gold": "nDCG@K (gold, trec_eval's definition)",
+}
+# Measures bounded to [0, 1]; the rest get a free axis.
+UNIT_RANGE = frozenset(MEASURE_BUCKETS) - {"t", "t_u", "k_over_np_est"}
+
+SERIES_LEGEND = "{{app}} / {{retriever}} {{environment}} ({{judge}} {{prompt_version}})"
+
+
+def _target(expr: str, legend: str, ref: str) -> dict[str, Any]:
+    return {
+        "datasource": DATASOURCE,
+        "editorMode": "code",
+        "expr": expr,
+        "legendFormat": legend,
+        "range": True,
+        "refId": ref,
+    }
+
+
+def _thresholds(line_at: float | None, below_is_bad: bool | None = False) -> dict[str, Any]:
+    """A line at ``line_at``, red on the bad side; ``below_is_bad=None`` marks a boundary only."""
+    if line_at is None:
+        return {"mode": "absolute", "steps": [{"color": "green", "value": None}]}
+    if below_is_bad is None:
+        low, high = "blue", "purple"
+    else:
+        low, high = ("red", "green") if below_is_bad else ("green", "red")
+    return {
+        "mode": "absolute",
+        "steps": [{"color": low, "value": None}, {"color": high, "value": line_at}],
+    }
+
+
+@dataclass
+class Board:
+    """Lays panels out left to right in rows of 24 columns and numbers them."""
+
+    panels: list[dict[str, Any]] = field(default_factory=list)
+    x: int = 0
+    y: int = 0
+    row_height: int = 0
+
+    def _next_id(self) -> int:
+        return len(self.panels) + 1
+
+    def _place(self, width: int, height: int) -> dict[str, int]:
+        if self.x + width > WIDTH:
+            self.x, self.y, self.row_height = 0, self.y + self.row_height, 0
+        pos = {"h": height, "w": width, "x": self.x, "y": self.y}
+        self.x += width
+        self.row_height = max(self.row_height, height)
+        return pos
+
+    def row(self, title: str) -> None:
+        if self.x:
+            self.x, self.y, self.row_height = 0, self.y + self.row_height, 0
+        pos = self._place(WIDTH, 1)
+        self.panels.append(
+            {
+                "collapsed": False,
+                "gridPos": pos,
+                "id": self._next_id(),
+                "panels": [],
+                "title": title,
+                "type": "row",
+            }
+        )
+        self.x, self.y, self.row_height = 0, self.y + 1, 0
+
+    def timeseries(
+        self,
+        title: str,
+        description: str,
+        targets: list[tuple[str, str]],
+        *,
+        unit: str = "short",
+        bounds: tuple[float | None, float | None] = (None, None),
+        threshold: float | None = None,
+        below_is_bad: bool | None = False,
+        width: int = 12,
+        height: int = 8,
+    ) -> None:
+        defaults: dict[str, Any] = {
+            "color": {"mode": "palette-classic"},
+            "custom": {
+                "drawStyle": "line",
+                "fillOpacity": 10,
+                "lineInterpolation": "linear",
+                "lineWidth": 1,
+                "showPoints": "never",
+                "spanNulls": False,
+                "thresholdsStyle": {"mode": "off" if threshold is None else "dashed"},
+            },
+            "thresholds": _thresholds(threshold, below_is_bad),
+            "unit": unit,
+        }
+        low, high = bounds
+        if low is not None:
+            defaults["min"] = low
+        if high is not None:
+            defaults["max"] = high
+        self.panels.append(
+            {
+                "datasource": DATASOURCE,
+                "description": description,
+                "fieldConfig": {"defaults": defaults, "overrides": []},
+                "gridPos": self._place(width, height),
+                "id": self._next_id(),
+                "options": {
+                    "legend": {
+                        "calcs": [],
+                        "displayMode": "list",
+                        "placement": "bottom",
+                        "showLegend": True,
+                    },
+                    "tooltip": {"mode": "multi", "sort": "desc"},
+                },
+                "targets": [
+                    _target(expr, legend, chr(ord("A") + i))
+                    for i, (expr, legend) in enumerate(targets)
+                ],
+                "title": title,
+                "type": "timeseries",
+            }
+        )
+
+    def stat(
+        self,
+        title: str,
+        description: str,
+        expr: str,
+        legend: str,
+        *,
+        unit: str,
+        threshold: float,
+        below_is_bad: bool,
+        width: int = 8,
+        height: int = 8,
+    ) -> None:
+        self.panels.append(
+            {
+                "datasource": DATASOURCE,
+                "description": description,
+                "fieldConfig": {
+                    "defaults": {
+                        "color": {"mode": "thresholds"},
+                        "thresholds": _thresholds(threshold, below_is_bad),
+                        "unit": unit,
+                    },
+                    "overrides": [],
+                },
+                "gridPos": self._place(width, height),
+                "id": self._next_id(),
+                "options": {
+                    "colorMode": "value",
+                    "graphMode": "area",
+                    "justifyMode": "auto",
+                    "orientation": "auto",
+                    "percentChangeColorMode": "standard",
+                    "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                    "showPercentChange": False,
+                    "textMode": "auto",
+                    "wideLayout": True,
+                },
+                "targets": [_target(expr, legend, "A")],
+                "title": title,
+                "type": "stat",
+            }
+        )
+
+
+@dataclass(frozen=True)
+class Queries:
+    """PromQL fragments with the selector, the replica aggregation and the variables."""
+
+    config: MonitoringConfig
+
+    @property
+    def events(self) -> str:
+        return (
+            f'{{{self.config.selector}, environment=~"$environment", app=~"$app", '
+            f'retriever=~"$retriever"}}'
+        )
+
+    @property
+    def judge(self) -> str:
+        return f'{{{self.config.selector}, judge=~"$judge"}}'
+
+    @property
+    def plain(self) -> str:
+        return f"{{{self.config.selector}}}"
+
+    def replicas(self, expr: str) -> str:
+        return f"max without({', '.join(self.config.replica_labels)}) ({expr})"
+
+    def rate(self, metric: str, selector: str) -> str:
+        return self.replicas(f"rate({metric}{selector}[$__rate_interval])")
+
+    def rate_or_zero(self, metric: str, fallback: str, selector: str) -> str:
+        """A rate that reads 0, not "no data", while the family has never been incremented."""
+        return f"{self.rate(metric, selector)} or {self.rate(fallback, selector)} * 0"
+
+    def quantile(self, q: float, metric: str, selector: str) -> str:
+        return f"histogram_quantile({q}, {self.rate(f'{metric}_bucket', selector)})"
+
+
+def _variable_query(name: str, label: str, query: str, description: str) -> dict[str, Any]:
+    return {
+        "allValue": ".*",
+        "datasource": DATASOURCE,
+        "description": description,
+        "hide": 0,
+        "includeAll": True,
+        "label": label,
+        "multi": True,
+        "name": name,
+        "query": query,
+        "refresh": 2,
+        "regex": "",
+        "sort": 1,
+        "type": "query",
+    }
+
+
+def variables(config: MonitoringConfig, *, judge: bool = False) -> list[dict[str, Any]]:
+    accepted = f"{NS}_events_accepted_total"
+    sel = config.selector
+    out: list[dict[str, Any]] = [
+        {
+            "hide": 0,
+            "includeAll": False,
+            "label": "Data source",
+            "multi": False,
+            "name": "datasource",
+            "query": "prometheus",
+            "refresh": 1,
+            "regex": "",
+            "type": "datasource",
+        },
+        _variable_query(
+            "environment",
+            "Environment",
+            f"label_values({accepted}{{{sel}}}, environment)",
+            "Events sent without an environment match only 'All'.",
+        ),
+        _variable_query(
+            "app",
+            "App",
+            f'label_values({accepted}{{{sel}, environment=~"$environment"}}, app)',
+            "The application that sent the events.",
+        ),
+        _variable_query(
+            "retriever",
+            "Retriever",
+            f'label_values({accepted}{{{sel}, environment=~"$environment", app=~"$app"}}, '
+            "retriever)",
+            "Retriever name and version as the application reports it.",
+        ),
+    ]
+    if judge:
+        out.append(
+            _variable_query(
+                "judge",
+                "Judge",
+                f"label_values({NS}_judge_labels_total{{{sel}}}, judge)",
+                "The judge model (the local proxy judge has a name of its own).",
+            )
+        )
+    return out
+
+
+def _dashboard(
+    config: MonitoringConfig,
+    uid: str,
+    title: str,
+    description: str,
+    board: Board,
+    *,
+    judge_variable: bool = False,
+) -> dict[str, Any]:
+    return {
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                }
+            ]
+        },
+        "description": description,
+        "editable": True,
+        "fiscalYearStartMonth": 0,
+        "graphTooltip": 1,
+        "links": [
+            {
+                "asDropdown": True,
+                "icon": "external link",
+                "includeVars": True,
+                "keepTime": True,
+                "tags": [TAG],
+                "targetBlank": False,
+                "title": "retrieval-monitor",
+                "tooltip": "The other retrieval-monitor dashboards",
+                "type": "dashboards",
+            }
+        ],
+        "liveNow": False,
+        "panels": board.panels,
+        "refresh": "1m",
+        "schemaVersion": SCHEMA_VERSION,
+        "tags": [TAG],
+        "templating": {"list": variables(config, judge=judge_variable)},
+        "time": {"from": "now-24h", "to": "now"},
+        "timepicker": {},
+        "timezone": "browser",
+        "title": title,
+        "uid": uid,
+        "version": 1,
+        "weekStart": "",
+    }
+
+
+def overview(config: MonitoringConfig) -> dict[str, Any]:
+    q = Queries(config)
+    collapse = config.alerts.quality_collapse
+    lead = collapse.measure
+    lead_title = MEASURE_TITLES[lead]
+    ev = q.events
+    board = Board()
+    board.row(f"Lead measure: {lead_title}")
+    board.timeseries(
+        f"{lead_title}: rolling mean and baseline",
+        f"Mean {lead} per event over the short ({config.windows.short}) and long "
+        f"({config.windows.long}) windows, and the same short window "
+        f"{collapse.baseline_offset} earlier: the baseline the collapse alert compares with.",
+        [
+            (f"{r.measure_mean(lead, 'short')}{ev}", f"{SERIES_LEGEND} short"),
+            (f"{r.measure_mean(lead, 'long')}{ev}", f"{SERIES_LEGEND} long"),
+            (f"{r.measure_mean(lead, r.BASELINE)}{ev}", f"{SERIES_LEGEND} baseline"),
+        ],
+        unit="none",
+        bounds=(0, 1) if lead in UNIT_RANGE else (None, None),
+        width=16,
+    )
+    board.stat(
+        f"{lead_title} now / baseline",
+        f"The short-window mean as a share of its baseline; the collapse alert fires below "
+        f"{collapse.min_ratio_to_baseline:.0%} (with at least {collapse.min_events} scored "
+        "events in both windows).",
+        f"{r.measure_mean(lead, 'short')}{ev}\n/\n{r.measure_mean(lead, r.BASELINE)}{ev}",
+        SERIES_LEGEND,
+        unit="percentunit",
+        threshold=collapse.min_ratio_to_baseline,
+        below_is_bad=True,
+    )
+
+    board.row("Traffic and regime")
+    board.timeseries(
+        "Judged events per second",
+        "Events judged and scored, over the short and long windows.",
+        [
+            (f"{r.judged_rate('short')}{ev}", f"{SERIES_LEGEND} short"),
+            (f"{r.judged_rate('long')}{ev}", f"{SERIES_LEGEND} long"),
+        ],
+        bounds=(0, None),
+        width=8,
+    )
+    board.timeseries(
+        "K / N_p (estimated)",
+        "How many passages the prompt carries over how many relevant ones exist (estimated "
+        "from the top 2K). Around 1 or below, T tracks answer quality better than nDCG; well "
+        "above 1, order matters and nDCG and F_e lead.",
+        [(f"{r.measure_mean('k_over_np_est', 'short')}{ev}", SERIES_LEGEND)],
+        bounds=(0, None),
+        threshold=1.0,
+        below_is_bad=None,
+        width=8,
+    )
+    board.timeseries(
+        "Share of events in the narrow regime (K <= N_p)",
+        "Events whose estimated K/N_p is at most 1: where T should lead the dashboards.",
+        [(f"{r.NARROW_REGIME_RATIO}{ev}", SERIES_LEGEND)],
+        unit="percentunit",
+        bounds=(0, 1),
+        width=8,
+    )
+
+    board.row("All measures (mean per event)")
+    for measure in MEASURE_BUCKETS:
+        board.timeseries(
+            MEASURE_TITLES[measure],
+            f"Mean {measure} per scored event over the short and long windows.",
+            [
+                (f"{r.measure_mean(measure, 'short')}{ev}", f"{SERIES_LEGEND} short"),
+                (f"{r.measure_mean(measure, 'long')}{ev}", f"{SERIES_LEGEND} long"),
+            ],
+            unit="none",
+            bounds=(0, 1) if measure in UNIT_RANGE else (None, None),
+            width=6,
+            height=7,
+        )
+
+    board.row("Smoke alarm and instrument")
+    board.timeseries(
+        "Context relevance next to gold recall",
+        "The judge's reference-free context rating (the smoke alarm) beside recall against "
+        "hand-marked gold passages (the instrument), where gold traffic exists.",
+        [
+            (f"{r.measure_mean('context_relevance', 'short')}{ev}", f"{SERIES_LEGEND} context"),
+            (f"{r.measure_mean('recall', 'short')}{ev}", f"{SERIES_LEGEND} gold recall"),
+        ],
+        unit="none",
+        bounds=(0, 1),
+    )
+    board.timeseries(
+        "Gold-labelled events per second",
+        "Events that carried gold passage ids (they give recall, F and gold nDCG).",
+        [(q.rate(f"{NS}_measure_recall_count", ev), SERIES_LEGEND)],
+        bounds=(0, None),
+    )
+    board.row("Judging outcomes")
+    board.timeseries(
+        "Events without measures, and events that failed",
+        "Judged events with a missing label in the top K (no measure is made up), and events "
+        "whose judging failed for good.",
+        [
+            (
+                q.rate_or_zero(
+                    f"{NS}_events_missing_measures_total", f"{NS}_events_judged_total", ev
+                ),
+                f"{SERIES_LEGEND} missing measures",
+            ),
+            (
+                q.rate_or_zero(f"{NS}_events_failed_total", f"{NS}_events_judged_total", ev),
+                f"{SERIES_LEGEND} failed",
+            ),
+        ],
+        bounds=(0, None),
+        width=24,
+    )
+    return _dashboard(
+        config,
+        "retrieval-monitor-overview",
+        "retrieval-monitor / Overview",
+        "Retrieval quality per app and retriever, as the judge sees it on live traffic.",
+        board,
+    )
+
+
+def judge(config: MonitoringConfig) -> dict[str, Any]:
+    q = Queries(config)
+    a = config.alerts
+    js = q.judge
+    board = Board()
+    board.row("Calls")
+    board.timeseries(
+        "Judge call outcomes per second",
+        "Calls by outcome (ok, malformed reply) and failed attempts (429, 5xx, timeouts "
+        "after the client's retries).",
+        [(f"{r.JUDGE_OUTCOME_RATE}{js}", "{{judge}} {{outcome}}")],
+        bounds=(0, None),
+        width=8,
+    )
+    board.timeseries(
+        "Malformed replies and failures (share)",
+        f"Share of call outcomes that were malformed or failed, over {config.windows.short}; "
+        f"the alert fires above {a.judge_errors.max_ratio:.0%}.",
+        [(f"{r.JUDGE_ERROR_RATIO}{js}", "{{judge}}")],
+        unit="percentunit",
+        bounds=(0, 1),
+        threshold=a.judge_errors.max_ratio,
+        width=8,
+    )
+    board.timeseries(
+        "Failures per second by reason",
+        "Judge calls that failed after the client's own retries, by reason.",
+        [(q.rate(f"{NS}_judge_failures_total", js), "{{judge}} {{reason}}")],
+        bounds=(0, None),
+        width=8,
+    )
+    board.timeseries(
+        "Judge call latency",
+        "Wall time of one judge call: median, 95th and 99th percentile.",
+        [
+            (q.quantile(p, f"{NS}_judge_latency_seconds", js), f"{{{{judge}}}} p{int(p * 100)}")
+            for p in (0.5, 0.95, 0.99)
+        ],
+        unit="s",
+        bounds=(0, None),
+    )
+    board.timeseries(
+        "Label cache hit ratio",
+        "Passage labels served from the label cache (no judge call, no tokens).",
+        [(f"{r.JUDGE_CACHE_HIT_RATIO}{js}", "{{judge}}")],
+        unit="percentunit",
+        bounds=(0, 1),
+    )
+
+    board.row("Cost")
+    board.timeseries(
+        "Tokens per hour by kind",
+        "Prompt and completion tokens the judge consumed, per hour.",
+        [(f"{q.rate(f'{NS}_judge_tokens_total', js)} * 3600", "{{judge}} {{kind}}")],
+        bounds=(0, None),
+    )
+    board.timeseries(
+        "Token spend per hour against the budget",
+        f"All judges' tokens per hour over the short and long windows; the spend alert fires "
+        f"above {a.judge_spend.budget_tokens_per_hour} tokens per hour.",
+        [
+            (
+                f"sum without(judge) ({r.judge_token_rate(role)}{q.plain}) * 3600",
+                f"tokens per hour ({role})",
+            )
+            for role in r.ROLES
+        ],
+        bounds=(0, None),
+        threshold=a.judge_spend.budget_tokens_per_hour,
+    )
+    labels = f"{NS}_judge_labels_total"
+    board.timeseries(
+        "Labels missing after retries (share)",
+        "Passage labels still missing after the malformed-reply retries: their events have "
+        "no measures.",
+        [
+            (
+                f"({q.rate_or_zero(f'{NS}_judge_labels_missing_total', labels, js)})"
+                f"\n/\n({q.rate(labels, js)} > 0)",
+                "{{judge}}",
+            )
+        ],
+        unit="percentunit",
+        bounds=(0, 1),
+        width=24,
+    )
+
+    board.row("Agreement with gold labels")
+    board.timeseries(
+        "Agreement with gold labels: kappa, precision, recall",
+        "The judge's relevance labels against hand-marked gold passages, over the last day of "
+        f"gold events; the drift alert fires when kappa is below {a.judge_drift.min_kappa} or "
+        f"{a.judge_drift.max_drop} under its value {a.judge_drift.baseline_offset} earlier "
+        f"(with at least {a.judge_drift.min_gold_passages} labelled gold passages).",
+        [
+            (
+                q.replicas(f"{NS}_judge_gold_{figure}{js}"),
+                f"{{{{judge}}}} {{{{prompt_version}}}} {figure}",
+            )
+            for figure in ("kappa", "precision", "recall")
+        ],
+        unit="none",
+        bounds=(-1, 1),
+        threshold=a.judge_drift.min_kappa,
+        below_is_bad=True,
+    )
+    lead = a.quality_collapse.measure
+    board.timeseries(
+        f"{MEASURE_TITLES[lead]} by judge and prompt version",
+        "The lead measure for the selected apps, split by judge and prompt version: a judge "
+        "change shows as new series, not as a retrieval change.",
+        [(f"{r.measure_mean(lead, 'short')}{q.events}", SERIES_LEGEND)],
+        unit="none",
+        bounds=(0, 1) if lead in UNIT_RANGE else (None, None),
+    )
+    return _dashboard(
+        config,
+        "retrieval-monitor-judge",
+        "retrieval-monitor / Judge",
+        "The LLM judge: calls, failures, latency, tokens, cache and agreement with gold labels.",
+        board,
+        judge_variable=True,
+    )
+
+
+def pipeline(config: MonitoringConfig) -> dict[str, Any]:
+    q = Queries(config)
+    a = config.alerts
+    ev = q.events
+    plain = q.plain
+    board = Board()
+    board.row("Ingest")
+    board.timeseries(
+        "Events accepted and duplicates per second",
+        "Events accepted and committed, and events sent again with a known event_id.",
+        [
+            (q.rate(f"{NS}_events_accepted_total", ev), "{{app}} / {{retriever}} accepted"),
+            (
+                q.rate_or_zero(f"{NS}_events_duplicate_total", f"{NS}_events_accepted_total", ev),
+                "{{app}} / {{retriever}} duplicate",
+            ),
+        ],
+        bounds=(0, None),
+    )
+    board.timeseries(
+        "Rejected events per second by reason",
+        "Events refused at ingest: invalid, over a limit, or an event_id reused for another event.",
+        [(q.rate(f"{NS}_events_rejected_total", plain), "{{reason}}")],
+        bounds=(0, None),
+    )
+    board.timeseries(
+        "Rejected share of events sent",
+        f"Over {config.windows.short}; the alert fires above {a.ingest_rejections.max_ratio:.0%} "
+        f"with at least {a.ingest_rejections.min_events} events sent.",
+        [(f"{r.REJECTED_RATIO}{plain}", "rejected")],
+        unit="percentunit",
+        bounds=(0, 1),
+        threshold=a.ingest_rejections.max_ratio,
+    )
+    board.timeseries(
+        "Ingest 5xx share",
+        f"Server errors on the ingest routes over {config.windows.short}; the alert fires above "
+        f"{a.ingest_server_errors.max_ratio:.0%}.",
+        [(f"{r.HTTP_SERVER_ERROR_RATIO}{plain}", "5xx")],
+        unit="percentunit",
+        bounds=(0, 1),
+        threshold=a.ingest_server_errors.max_ratio,
+    )
+
+    board.row("Judging pipeline")
+    board.timeseries(
+        "Judge queue depth",
+        "Judge tasks waiting in the queue.",
+        [(q.replicas(f"{NS}_queue_depth{plain}"), "{{queue}}")],
+        bounds=(0, None),
+        width=8,
+    )
+    board.timeseries(
+        "Events pending",
+        "Events accepted and not yet judged.",
+        [(q.replicas(f"{NS}_events_pending{plain}"), "pending")],
+        bounds=(0, None),
+        width=8,
+    )
+    board.timeseries(
+        "Oldest pending event age",
+        f"The alert fires above {a.backlog_age.max_age}.",
+        [(q.replicas(f"{NS}_oldest_pending_event_age_seconds{plain}"), "oldest pending")],
+        unit="s",
+        bounds=(0, None),
+        threshold=seconds(a.backlog_age.max_age),
+        width=8,
+    )
+    lag_selector = f'{{{config.selector}, app=~"$app"}}'
+    board.timeseries(
+        "Pipeline lag (receipt to export)",
+        "Time from an event's receipt to its measures reaching the metrics.",
+        [
+            (
+                q.quantile(p, f"{NS}_pipeline_lag_seconds", lag_selector),
+                f"{{{{app}}}} p{int(p * 100)}",
+            )
+            for p in (0.5, 0.95)
+        ],
+        unit="s",
+        bounds=(0, None),
+    )
+    board.timeseries(
+        "Judged events per second",
+        f"Events judged and scored, over {config.windows.short}.",
+        [(f"{r.judged_rate('short')}{ev}", SERIES_LEGEND)],
+        bounds=(0, None),
+    )
+    return _dashboard(
+        config,
+        "retrieval-monitor-pipeline",
+        "retrieval-monitor / Pipeline",
+        "Ingest, the judge queue and the backlog.",
+        board,
+    )
+
+
+@dataclass(frozen=True)
+class PanelQuery:
+    """One query of one panel, as Grafana sends it (variables not yet substituted)."""
+
+    dashboard: str
+    panel: str
+    ref: str
+    expr: str
+
+
+def panel_queries(dashboard: dict[str, Any]) -> list[PanelQuery]:
+    return [
+        PanelQuery(dashboard["uid"], panel["title"], target["refId"], target["expr"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+    ]
+
+
+def variable_selectors(dashboard: dict[str, Any]) -> dict[str, str]:
+    """The series selector inside each ``label_values(selector, label)`` variable query."""
+    selectors = {}
+    for variable in dashboard["templating"]["list"]:
+        query = variable.get("query", "")
+        if variable["type"] == "query" and query.startswith("label_values("):
+            selectors[variable["name"]] = query.removeprefix("label_values(").rsplit(",", 1)[0]
+    return selectors
+
+
+DASHBOARDS = {
+    "retrieval-monitor-overview.json": overview,
+    "retrieval-monitor-judge.json": judge,
+    "retrieval-monitor-pipeline.json": pipeline,
+}
+
+
+def render(config: MonitoringConfig) -> dict[str, dict[str, Any]]:
+    """Every dashboard by file name."""
+    return {name: build(config) for name, build in DASHBOARDS.items()}
