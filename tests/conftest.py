@@ -8,11 +8,13 @@ own in PostgreSQL, so nothing else on those servers is touched.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -303,3 +305,42 @@ def running(llm_settings: Settings, worker_factory: WorkerFactory) -> Iterator[T
     worker_factory(llm_settings).start()
     with TestClient(create_app(llm_settings)) as client:
         yield client
+
+
+@contextmanager
+def private_redis(tmp_path: Path, *config: str) -> Iterator[str]:
+    """A redis-server of the test's own (extra ``config`` flags), for faults that must not touch
+    the shared one: restarts, flushes, eviction policies. Yields its URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed")
+    from service.embedded import free_port
+
+    port = free_port()
+    command = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--dir",
+        str(tmp_path),
+        *config,
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def pings() -> bool:
+        try:
+            return bool(redis.Redis.from_url(url).ping())
+        except redis.ConnectionError:
+            return False
+
+    try:
+        wait_for(pings, timeout=10)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -3,8 +3,6 @@ that may evict the queue is refused; the judge's rate is shared by every worker.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,11 +12,10 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.embedded import free_port
 from service.migrate import upgrade
 from service.redis_check import eviction_problem
 from service.settings import Settings
-from tests.conftest import WorkerFactory, make_settings, wait_for
+from tests.conftest import WorkerFactory, make_settings, private_redis, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event
 from tests.test_api_ingest import count_rows, sample
@@ -65,39 +62,9 @@ def test_a_tenant_over_its_rate_gets_429(tmp_path: Path, sqlite_url: str, redis_
 
 
 @pytest.fixture
-def evicting_redis() -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--maxmemory",
-            "50mb",
-            "--maxmemory-policy",
-            "allkeys-lru",
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    wait_for(lambda: _pings(url), timeout=10)
-    yield url
-    process.terminate()
-    process.wait(timeout=10)
-
-
-def _pings(url: str) -> bool:
-    try:
-        return bool(redis.Redis.from_url(url).ping())
-    except redis.ConnectionError:
-        return False
+def evicting_redis(tmp_path: Path) -> Iterator[str]:
+    with private_redis(tmp_path, "--maxmemory", "50mb", "--maxmemory-policy", "allkeys-lru") as url:
+        yield url
 
 
 def test_a_worker_refuses_a_broker_that_evicts(

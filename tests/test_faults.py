@@ -3,7 +3,6 @@ and flushed with events in its queue. Every accepted event ends judged exactly o
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from tests.conftest import (
     WorkerFactory,
     http_ok,
     make_settings,
+    private_redis,
     settings_env,
     wait_for,
 )
@@ -172,37 +172,9 @@ def test_a_worker_killed_mid_judgment_loses_nothing(
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """A Redis server of this test's own, so it can be restarted and flushed."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    command = [
-        binary,
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        str(tmp_path),
-    ]
-    state = {"process": subprocess.Popen(command, stdout=subprocess.DEVNULL)}
-    url = f"redis://127.0.0.1:{port}/0"
-
-    def pings() -> bool:
-        try:
-            return bool(redis.Redis.from_url(url).ping())
-        except redis.ConnectionError:
-            return False
-
-    wait_for(pings, timeout=10)
-    yield url, str(port)
-    state["process"].terminate()
-    state["process"].wait(timeout=10)
+    """A Redis server of this test's own, so it can be flushed."""
+    with private_redis(tmp_path, "--appendonly", "no") as url:
+        yield url, url.rsplit(":", 1)[1].split("/")[0]
 
 
 def test_redis_restarted_and_flushed_with_events_queued(
