@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print figures; pytest does not collect them."""
