@@ -206,7 +206,7 @@ def test_redis_restarted_and_flushed_with_events_queued(
         batch = [make_event(f"b{i}", n=2, query=f"second {i}") for i in range(7)]
         httpx.post(f"{server.url}/v1/events/batch", json={"events": batch})
         client = redis.Redis.from_url(url)
-        assert client.llen(settings.queue_name) > 0
+        wait_for(lambda: client.llen(settings.queue_name) > 0, timeout=10)
         # Redis loses everything: the queue, the aggregates, the once-only markers.
         client.flushall()
         flushed_at = time.monotonic()
