@@ -8,3 +8,6 @@ test:  ## install the test tools and run lint, type checks and every test
 
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy service workers deploy tests
+
+bench:  ## every benchmark figure with its baseline (needs scripts/install-bench-tools.sh once)
+	.venv/bin/python -m tests.benchmarks

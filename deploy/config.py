@@ -117,6 +117,19 @@ class JudgeDrift(AlertSettings):
     min_gold_passages: int = Field(ge=1)
 
 
+class RetrieverScoreShift(AlertSettings):
+    baseline_offset: Duration
+    max_relative_change: float = Field(gt=0)
+    min_events: int = Field(ge=1)
+
+
+class EmptyRetrievals(AlertSettings):
+    max_ratio: Fraction
+    min_factor_over_baseline: float = Field(ge=1)
+    baseline_offset: Duration
+    min_events: int = Field(ge=1)
+
+
 class Alerts(Strict):
     quality_collapse: QualityCollapse
     judging_stalled: JudgingStalled
@@ -128,6 +141,8 @@ class Alerts(Strict):
     ingest_rejections: IngestRejections
     ingest_server_errors: IngestServerErrors
     judge_drift: JudgeDrift
+    retriever_score_shift: RetrieverScoreShift
+    empty_retrievals: EmptyRetrievals
 
 
 class MonitoringConfig(Strict):

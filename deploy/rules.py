@@ -58,6 +58,16 @@ HTTP_RESPONSE_RATE = f"job:{NS}_http_responses:rate_short"
 HTTP_SERVER_ERROR_RATIO = f"job:{NS}_http_server_errors:ratio_short"
 
 
+TOP_SCORE_MEAN = f"app_retriever:{NS}_signal_top_score:mean_short"
+TOP_SCORE_BASELINE = f"app_retriever:{NS}_signal_top_score:mean_baseline"
+TOP_SCORE_COUNT = f"app_retriever:{NS}_signal_top_score:increase_short"
+TOP_SCORE_COUNT_BASELINE = f"app_retriever:{NS}_signal_top_score:increase_baseline"
+EMPTY_RATIO = f"app_retriever:{NS}_signal_empty_retrievals:ratio_short"
+EMPTY_RATIO_BASELINE = f"app_retriever:{NS}_signal_empty_retrievals:ratio_baseline"
+ACCEPTED_INCREASE = f"app_retriever:{NS}_events_accepted:increase_short"
+SAMPLED_RATIO = f"app_retriever:{NS}_events_sampled:ratio_short"
+
+
 def judge_token_rate(role: str) -> str:
     return f"judge:{NS}_judge_tokens:rate_{role}"
 
@@ -202,6 +212,84 @@ def ingest_rules(q: Promql) -> list[dict[str, Any]]:
             HTTP_SERVER_ERROR_RATIO,
             f"(sum without(route, status_class) ({errors}) or {HTTP_RESPONSE_RATE} * 0)"
             f"\n/\n({HTTP_RESPONSE_RATE} > 0)",
+        ),
+    ]
+
+
+def signal_rules(q: Promql) -> list[dict[str, Any]]:
+    """The judge-free signals, per app, retriever and environment (recorded in the ingest group,
+    since they are computed at ingest)."""
+    a = q.config.alerts
+    short = q.window("short")
+    shift, empty = a.retriever_score_shift, a.empty_retrievals
+    top = f"{NS}_signal_top_score"
+
+    def mean(offset: str = "") -> str:
+        total = q.rate(f"{top}_sum", short, offset=offset)
+        return f"{total}\n/\n({q.rate(f'{top}_count', short, offset=offset)} > 0)"
+
+    def empty_ratio(offset: str = "") -> str:
+        accepted = q.rate(f"{NS}_events_accepted_total", short, offset=offset)
+        empties = q.rate(f"{NS}_signal_empty_retrievals_total", short, offset=offset)
+        return f"({empties} or {accepted} * 0)\n/\n({accepted} > 0)"
+
+    sampled = q.rate(f"{NS}_events_sampled_total", short)
+    accepted = q.rate(f"{NS}_events_accepted_total", short)
+    return [
+        _record(TOP_SCORE_MEAN, mean()),
+        _record(TOP_SCORE_BASELINE, mean(shift.baseline_offset)),
+        _record(TOP_SCORE_COUNT, q.increase(f"{top}_count", short)),
+        _record(
+            TOP_SCORE_COUNT_BASELINE,
+            q.increase(f"{top}_count", short, offset=shift.baseline_offset),
+        ),
+        _record(EMPTY_RATIO, empty_ratio()),
+        _record(EMPTY_RATIO_BASELINE, empty_ratio(empty.baseline_offset)),
+        _record(ACCEPTED_INCREASE, q.increase(f"{NS}_events_accepted_total", short)),
+        # The share of traffic a judged figure rests on (gold and sampled events).
+        _record(
+            SAMPLED_RATIO,
+            f"(sum without(reason) ({sampled}) or {accepted} * 0)\n/\n({accepted} > 0)",
+        ),
+    ]
+
+
+def signal_alerts(q: Promql) -> list[dict[str, Any]]:
+    a = q.config.alerts
+    short = q.window("short")
+    shift, empty = a.retriever_score_shift, a.empty_retrievals
+    where = f'{APP} / {RETRIEVER} (environment "{ENVIRONMENT}")'
+    return [
+        _alert(
+            q,
+            "RetrievalMonitorRetrieverScoreShift",
+            f"{TOP_SCORE_MEAN}\n"
+            f"and abs({TOP_SCORE_MEAN} - {TOP_SCORE_BASELINE})\n"
+            f"  > {_number(shift.max_relative_change)} * abs({TOP_SCORE_BASELINE})\n"
+            f"and {TOP_SCORE_COUNT} >= {shift.min_events}\n"
+            f"and {TOP_SCORE_COUNT_BASELINE} >= {shift.min_events}",
+            shift.for_,
+            shift.severity,
+            f"The retriever's scores moved for {APP} / {RETRIEVER}",
+            f"The mean score the retriever gives its first passage over the last {short} is "
+            f"{SCORE} for {where}, more than "
+            f"{_number(round(shift.max_relative_change * 100, 2))}% away from the same window "
+            f"{shift.baseline_offset} earlier (at least {shift.min_events} events in both).",
+        ),
+        _alert(
+            q,
+            "RetrievalMonitorEmptyRetrievalsJump",
+            f"{EMPTY_RATIO} > {_number(empty.max_ratio)}\n"
+            f"and {EMPTY_RATIO} > {_number(empty.min_factor_over_baseline)} * "
+            f"{EMPTY_RATIO_BASELINE}\n"
+            f"and {ACCEPTED_INCREASE} >= {empty.min_events}",
+            empty.for_,
+            empty.severity,
+            f"Many empty retrievals for {APP} / {RETRIEVER}",
+            f"{PERCENT} of the events over the last {short} had no passage in the top k for "
+            f"{where}: over {_number(empty.max_ratio * 100)}% and "
+            f"{_number(empty.min_factor_over_baseline)} times the share "
+            f"{empty.baseline_offset} earlier.",
         ),
     ]
 
@@ -374,7 +462,7 @@ def render(config: MonitoringConfig) -> dict[str, Any]:
         "groups": [
             {"name": "retrieval-monitor-measures", "rules": measure_rules(q)},
             {"name": "retrieval-monitor-judge", "rules": judge_rules(q)},
-            {"name": "retrieval-monitor-ingest", "rules": ingest_rules(q)},
-            {"name": "retrieval-monitor-alerts", "rules": alert_rules(q)},
+            {"name": "retrieval-monitor-ingest", "rules": [*ingest_rules(q), *signal_rules(q)]},
+            {"name": "retrieval-monitor-alerts", "rules": [*alert_rules(q), *signal_alerts(q)]},
         ]
     }

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/bootstrap.sh dev
 scripts/install-test-tools.sh
 scripts/install-browser.sh
+scripts/install-llama-server.sh
 
 # Redis: the tests use database 15 of the server on 127.0.0.1:6379; start one if none answers.
 if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then

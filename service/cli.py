@@ -17,6 +17,7 @@ from pathlib import Path
 
 from service import logs
 from service.analysis.cli import add_analyze_command
+from service.rejudge import add_rejudge_command
 from service.settings import Settings, get_settings
 
 log = logging.getLogger("retrieval_monitor")
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(handler=cmd_keys_list)
 
     add_analyze_command(sub)
+    add_rejudge_command(sub)
 
     show = sub.add_parser("settings", help="print every setting with its value and description")
     show.set_defaults(handler=cmd_settings)
@@ -204,6 +206,8 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def worker_command(concurrency: int, with_scheduler: bool, settings: Settings) -> list[str]:
+    from service.queue import urgent_queue
+
     command = [
         sys.executable,
         "-m",
@@ -214,7 +218,8 @@ def worker_command(concurrency: int, with_scheduler: bool, settings: Settings) -
         "--concurrency",
         str(concurrency),
         "--queues",
-        settings.queue_name,
+        # The urgent queue first: gold events and events whose signals look bad.
+        f"{urgent_queue(settings.queue_name)},{settings.queue_name}",
         "--loglevel",
         settings.log_level,
         "--without-gossip",

@@ -16,16 +16,20 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session
 
-from service import repository
+from service import repository, spend_repository
 from service.aggregates import Delta
 from service.backpressure import Backpressure
 from service.db import session_scope
-from service.queue import TaskSender
+from service.queue import TaskSender, urgent_queue
 from service.ratelimit import TokenBucket
 from service.redaction import Redactor
 from service.runtime import Runtime
+from service.sampling import decide
 from service.schemas import EventIn, IngestResult, check_limits
+from service.settings import Settings
+from service.signals import Signals, compute_signals, looks_bad
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +37,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Rejection:
     event_id: str | None
-    reason: str  # a bounded metric label: invalid, limits, conflict
+    reason: str  # a bounded metric label: invalid, empty_retrieval, limits, conflict
     message: str
+    empty_retrieval: dict[str, str] | None = None  # its labels, when no passage was sent
 
 
 def new_event_id() -> str:
@@ -47,11 +52,27 @@ def validate(raw: dict[str, Any] | EventIn, runtime: Runtime) -> EventIn | Rejec
     try:
         event = raw if isinstance(raw, EventIn) else EventIn.model_validate(raw)
     except ValidationError as exc:
-        return Rejection(event_id, "invalid", _explain(exc))
+        empty = empty_retrieval_labels(raw)
+        return Rejection(event_id, "empty_retrieval" if empty else "invalid", _explain(exc), empty)
     problems = check_limits(event, runtime.settings)
     if problems:
         return Rejection(event_id, "limits", "; ".join(problems))
     return redact_event(event, runtime.redactor)
+
+
+def empty_retrieval_labels(raw: object) -> dict[str, str] | None:
+    """The labels of a body that reports a retrieval with no passage at all, else None.
+
+    The v1 contract refuses such an event (there is nothing to judge), but a retriever returning
+    nothing is exactly what the empty-retrieval signal and its alert watch for, so it is counted.
+    """
+    if not isinstance(raw, dict) or raw.get("passages") != []:
+        return None
+    labels = {name: raw.get(name) for name in ("app", "retriever", "environment")}
+    if not isinstance(labels["app"], str) or not isinstance(labels["retriever"], str):
+        return None
+    limit = 100
+    return {k: v[:limit] if isinstance(v, str) else "" for k, v in labels.items()}
 
 
 def redact_event(event: EventIn, redactor: Redactor) -> EventIn:
@@ -78,6 +99,65 @@ def _explain(exc: ValidationError) -> str:
 
 
 @dataclass(frozen=True)
+class Triage:
+    """What ingest decides about an event without a judge: sample it, hurry it, its signals."""
+
+    judge: bool
+    reason: str  # gold, sampled, unsampled
+    urgent: bool
+    signals: Signals
+
+    @classmethod
+    def of(cls, event_id: str, event: EventIn, settings: Settings) -> Triage:
+        signals = compute_signals(
+            [p.text for p in event.passages],
+            [p.score for p in event.passages],
+            event.k or len(event.passages),
+            settings.signal_short_passages,
+            settings.signal_duplicate_similarity,
+            settings.signal_max_compared_passages,
+        )
+        is_gold = event.gold_passage_ids is not None
+        sample = decide(
+            event_id,
+            event.app,
+            event.retriever,
+            is_gold,
+            settings.sample_rate,
+            settings.sample_rates,
+        )
+        urgent = sample.judge and (is_gold or looks_bad(signals))
+        return cls(sample.judge, sample.reason, urgent, signals)
+
+    def count(self, delta: Delta, labels: dict[str, str]) -> None:
+        if self.judge:
+            delta.inc("events_sampled", {**labels, "reason": self.reason})
+        else:
+            delta.inc("events_skipped", {**labels, "reason": self.reason})
+        s = self.signals
+        if s.empty:
+            delta.inc("signal_empty_retrievals", labels)
+        if s.short:
+            delta.inc("signal_short_retrievals", labels)
+        if s.top_score is not None:
+            delta.observe("signal_top_score", labels, s.top_score)
+        if s.score_gap is not None:
+            delta.observe("signal_score_gap", labels, s.score_gap)
+        if s.duplicate_ratio is not None:
+            delta.observe("signal_duplicate_ratio", labels, s.duplicate_ratio)
+        for length in s.lengths:
+            delta.observe("signal_passage_length_characters", labels, length)
+
+
+def _apply_triage(
+    session: Session, stored: Sequence[repository.InsertResult], triage: dict[str, Triage]
+) -> None:
+    accepted = [(r.pk, triage[r.event_id]) for r in stored if r.outcome == "accepted" and r.pk]
+    spend_repository.skip_new(session, [pk for pk, t in accepted if not t.judge], "unsampled")
+    spend_repository.mark_priority(session, [pk for pk, t in accepted if t.urgent])
+
+
+@dataclass(frozen=True)
 class Refusal:
     """Why a request is turned away before anything is stored, and when to come back."""
 
@@ -92,6 +172,7 @@ class Ingestor:
         self.runtime = runtime
         self.sender = sender
         self.backpressure = Backpressure(runtime)
+        self._urgent: TaskSender | None = None
 
     def admit(self, tenant: str, events: int) -> Refusal | None:
         """Refuse work the service cannot take now; None when the request may proceed."""
@@ -128,11 +209,14 @@ class Ingestor:
         self, tenant: str, events: Sequence[EventIn], rejections: Sequence[Rejection] = ()
     ) -> list[IngestResult]:
         """Commit the valid events, then count and enqueue; results in the order given."""
+        settings = self.runtime.settings
         named = [(event.event_id or new_event_id(), event) for event in events]
+        triage = {event_id: Triage.of(event_id, event, settings) for event_id, event in named}
         with session_scope(self.runtime.engine) as session:
             try:
                 started = time.perf_counter()
                 stored = repository.insert_events(session, tenant, named, repository.utcnow())
+                _apply_triage(session, stored, triage)
                 session.commit()
                 self.backpressure.record_commit(time.perf_counter() - started)
             except IntegrityError:
@@ -141,11 +225,14 @@ class Ingestor:
                 stored = repository.insert_events_one_by_one(
                     session, tenant, named, repository.utcnow()
                 )
+                _apply_triage(session, stored, triage)
+                session.commit()
 
         delta = Delta()
         results: list[IngestResult] = []
         new_pks: list[int] = []
-        for (_, event), outcome in zip(named, stored, strict=True):
+        urgent_pks: list[int] = []
+        for (event_id, event), outcome in zip(named, stored, strict=True):
             labels = {
                 "app": event.app,
                 "retriever": event.retriever,
@@ -153,7 +240,10 @@ class Ingestor:
             }
             if outcome.outcome == "accepted":
                 assert outcome.pk is not None
-                new_pks.append(outcome.pk)
+                chosen = triage[event_id]
+                if chosen.judge:
+                    (urgent_pks if chosen.urgent else new_pks).append(outcome.pk)
+                chosen.count(delta, labels)
                 delta.inc("events_accepted", labels)
                 results.append(IngestResult(event_id=outcome.event_id, status="accepted"))
             elif outcome.outcome == "duplicate":
@@ -170,10 +260,20 @@ class Ingestor:
                 )
         for rejection in rejections:
             delta.inc("events_rejected", {"reason": rejection.reason})
+            if rejection.empty_retrieval is not None:
+                delta.inc("signal_empty_retrievals", rejection.empty_retrieval)
         self.count(delta)
+        if urgent_pks:
+            self._urgent_sender().send_judge(urgent_pks)
         if new_pks:
             self.sender.send_judge(new_pks)
         return results
+
+    def _urgent_sender(self) -> TaskSender:
+        if self._urgent is None:
+            broker = str(self.sender.app.conf.broker_url)
+            self._urgent = TaskSender(broker, urgent_queue(self.sender.queue))
+        return self._urgent
 
     def count(self, delta: Delta) -> None:
         try:

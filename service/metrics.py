@@ -23,12 +23,27 @@ Families (labels in brackets):
 - retrieval_monitor_judge_labels_total [judge]
 - retrieval_monitor_judge_cache_hits_total [judge]
 - retrieval_monitor_judge_output_mode_total [judge, mode]: answered judge calls by how the reply
-  was constrained (json_schema, json_object, text); the mode in use is the one that grows
+  was constrained (json_schema, json_object_schema, json_object, text); the mode in use is the one
+  that grows
 - retrieval_monitor_judge_latency_seconds histogram [judge]
 - retrieval_monitor_pipeline_lag_seconds histogram [app]: from receipt to the measures' export
+- retrieval_monitor_events_sampled_total [app, retriever, environment, reason]  (reason: gold,
+  sampled): events chosen for judging; divided by events_accepted it is the sampled share
+- retrieval_monitor_events_skipped_total [app, retriever, environment, reason]  (reason:
+  unsampled, budget, shed): events that will not be judged, and why
+- retrieval_monitor_events_deferred_total [app, retriever, environment, reason]  (reason: budget):
+  judge attempts put off until a budget window resets
+- retrieval_monitor_judge_app_calls_total [app, judge], retrieval_monitor_judge_app_tokens_total
+  [app, judge, kind], retrieval_monitor_judge_cost_dollars_total [app, judge]: spend per app
+  (dollars from the price table in settings)
+- retrieval_monitor_signal_{empty,short}_retrievals_total [app, retriever, environment]
+- retrieval_monitor_signal_{top_score,score_gap,duplicate_ratio,passage_length_characters}
+  histograms [app, retriever, environment]: judge-free signals of every accepted event
 - retrieval_monitor_queue_depth gauge [queue]
 - retrieval_monitor_oldest_pending_event_age_seconds gauge
 - retrieval_monitor_events_pending gauge
+- retrieval_monitor_judge_budget_remaining gauge [app, window]  (window: tokens_per_hour,
+  tokens_per_day, dollars_per_hour, dollars_per_day): only windows with a cap
 - retrieval_monitor_judge_gold_{kappa,precision,recall,passages} gauges [judge, prompt_version]:
   the judge's agreement with gold labels over the last day (service.analysis.gauges)
 """
@@ -65,6 +80,10 @@ MEASURE_BUCKETS: dict[str, tuple[float, ...]] = {
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 LAG_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+
+SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
+GAP_BUCKETS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0)
+LENGTH_BUCKETS = (50.0, 100.0, 200.0, 400.0, 800.0, 1600.0, 3200.0, 6400.0, 12800.0)
 
 Kind = Literal["counter", "histogram", "gauge"]
 
@@ -123,8 +142,57 @@ FAMILIES: dict[str, Family] = {
         _counter("judge_cache_hits", "Passage labels served from the label cache.", ("judge",)),
         _counter(
             "judge_output_mode",
-            "Answered judge calls by output mode (json_schema, json_object, text).",
+            "Answered judge calls by output mode (json_schema, json_object_schema, json_object, "
+            "text).",
             ("judge", "mode"),
+        ),
+        _counter(
+            "events_sampled", "Events chosen for judging, by reason.", (*EventLabels, "reason")
+        ),
+        _counter(
+            "events_skipped", "Events that will not be judged, by reason.", (*EventLabels, "reason")
+        ),
+        _counter(
+            "events_deferred",
+            "Judge attempts put off until a budget window resets.",
+            (*EventLabels, "reason"),
+        ),
+        _counter("judge_app_calls", "Judge calls per app.", ("app", "judge")),
+        _counter("judge_app_tokens", "Judge tokens per app, by kind.", ("app", "judge", "kind")),
+        _counter("judge_cost_dollars", "Judge spend per app, in dollars.", ("app", "judge")),
+        _counter("signal_empty_retrievals", "Events with no passage in the top k.", EventLabels),
+        _counter(
+            "signal_short_retrievals",
+            "Events with fewer top-k passages than the short-retrieval bound.",
+            EventLabels,
+        ),
+        Family(
+            "signal_top_score",
+            "histogram",
+            "The retriever's own score of its first passage.",
+            EventLabels,
+            SCORE_BUCKETS,
+        ),
+        Family(
+            "signal_score_gap",
+            "histogram",
+            "The retriever's score of the first passage minus that of the k-th.",
+            EventLabels,
+            GAP_BUCKETS,
+        ),
+        Family(
+            "signal_duplicate_ratio",
+            "histogram",
+            "Share of top-k passages that nearly repeat a higher-ranked one.",
+            EventLabels,
+            _UNIT,
+        ),
+        Family(
+            "signal_passage_length_characters",
+            "histogram",
+            "Length of each top-k passage.",
+            EventLabels,
+            LENGTH_BUCKETS,
         ),
         Family(
             "judge_latency_seconds",
@@ -146,5 +214,11 @@ FAMILIES: dict[str, Family] = {
 QUEUE_DEPTH = Family("queue_depth", "gauge", "Judge tasks waiting in the queue.", ("queue",))
 OLDEST_PENDING_AGE = Family(
     "oldest_pending_event_age_seconds", "gauge", "Age of the oldest event not yet judged.", ()
+)
+BUDGET_REMAINING = Family(
+    "judge_budget_remaining",
+    "gauge",
+    "What is left of an app's judge budget in the current window (tokens or dollars).",
+    ("app", "window"),
 )
 EVENTS_PENDING = Family("events_pending", "gauge", "Events accepted and not yet judged.", ())

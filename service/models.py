@@ -17,6 +17,7 @@ class EventStatus(StrEnum):
     PENDING = "pending"
     JUDGED = "judged"
     FAILED = "failed"
+    SKIPPED = "skipped"  # not judged on purpose; skip_reason says why (unsampled, budget, shed)
 
 
 class Event(SQLModel, table=True):
@@ -50,6 +51,9 @@ class Event(SQLModel, table=True):
     enqueued_at: datetime | None = None
     judged_at: datetime | None = None
     failure_reason: str | None = Field(default=None, max_length=500)
+    skip_reason: str | None = Field(default=None, max_length=32)
+    # 1 for gold events and events whose ingest signals look bad: judged first, never shed.
+    priority: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
 class Passage(SQLModel, table=True):

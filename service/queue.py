@@ -15,6 +15,11 @@ PURGE_TASK = "events.purge"
 log = logging.getLogger(__name__)
 
 
+def urgent_queue(queue: str) -> str:
+    """The queue of gold events and events whose signals look bad; workers consume it too."""
+    return f"{queue}.urgent"
+
+
 class TaskSender:
     def __init__(self, broker_url: str, queue: str) -> None:
         self.queue = queue

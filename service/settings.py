@@ -63,12 +63,15 @@ class Settings(BaseSettings):
     )
 
     # --- judge output ---------------------------------------------------------------------------
-    judge_output_mode: Literal["auto", "json_schema", "json_object", "text"] = Field(
+    judge_output_mode: Literal[
+        "auto", "json_schema", "json_object_schema", "json_object", "text"
+    ] = Field(
         "auto",
         description="How the LLM judge's reply is constrained: json_schema (strict schema), "
-        "json_object (JSON mode, schema in the prompt), text (no constraint, strict parser), or "
-        "auto: json_schema, stepping down once when the server rejects a mode, and remembered "
-        "in Redis per endpoint and model.",
+        "json_object_schema (JSON mode with the schema as a grammar, as llama-cpp-python "
+        "takes it), json_object (JSON mode, schema in the prompt only), text (no constraint, "
+        "strict parser), or auto: json_schema first, stepping down a mode each time the "
+        "server rejects one, remembered in Redis per endpoint and model.",
     )
     judge_output_mode_memory_seconds: float = Field(
         86_400.0,
@@ -128,6 +131,78 @@ class Settings(BaseSettings):
         ge=0,
         description="Judge calls per second across all workers together (0: no limit).",
     )
+
+    # --- judge spend ---------------------------------------------------------------------------
+    sample_rate: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Share of events judged (by a hash of event_id, so a lower rate's sample is a "
+        "subset of a higher one's); gold events are always judged.",
+    )
+    sample_rates: dict[str, float] = Field(
+        default_factory=dict,
+        description='Sampling rates per "app" or "app/retriever" (the most specific wins), JSON '
+        'in the environment, e.g. {"support-bot": 0.1, "support-bot/hybrid-v3": 0.5}.',
+    )
+    judge_prices: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description='Price per judge model in dollars per 1000 tokens, JSON: {"gpt-4o-mini": '
+        '{"prompt_per_1k": 0.00015, "completion_per_1k": 0.0006}}. A model missing costs 0.',
+    )
+    budget_tokens_per_hour: float = Field(
+        0.0, ge=0, description="Judge tokens one app may spend per hour, all workers (0: no cap)."
+    )
+    budget_tokens_per_day: float = Field(
+        0.0, ge=0, description="Judge tokens one app may spend per UTC day (0: no cap)."
+    )
+    budget_dollars_per_hour: float = Field(
+        0.0, ge=0, description="Judge dollars one app may spend per hour (0: no cap)."
+    )
+    budget_dollars_per_day: float = Field(
+        0.0, ge=0, description="Judge dollars one app may spend per UTC day (0: no cap)."
+    )
+    budget_overrides: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description='Per-app budgets replacing the four above, JSON: {"support-bot": '
+        '{"tokens_per_hour": 200000, "dollars_per_day": 5}} (missing keys keep the default).',
+    )
+    budget_policy: Literal["wait", "skip"] = Field(
+        "wait",
+        description="When an app's budget is spent: wait (the event stays pending and is judged "
+        "when the window resets) or skip (the event is marked skipped, reason budget).",
+    )
+    judge_prompt_token_overhead: int = Field(
+        600,
+        ge=0,
+        description="Prompt tokens of the judge's instructions, added to the passages' estimate "
+        "when a call's cost is reserved before it is made.",
+    )
+    shed_max_pending: int = Field(
+        0,
+        ge=0,
+        description="When more normal-priority events than this wait for the judge, the sweeper "
+        "skips the oldest of them (reason shed) instead of letting the backlog grow (0: never "
+        "shed). Gold events and events whose ingest signals look bad are never shed.",
+    )
+    signal_short_passages: int = Field(
+        3, ge=1, description="A retrieval with fewer passages than this in its top k is short."
+    )
+    signal_duplicate_similarity: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="Word-shingle Jaccard similarity at which two top-k passages are near-"
+        "duplicates.",
+    )
+    signal_max_compared_passages: int = Field(
+        20,
+        ge=2,
+        description="Only the first this many passages are compared for near-duplicates (the "
+        "comparison is quadratic, and it runs on every event at ingest).",
+    )
+
+    # --- end of judge spend ---------------------------------------------------------------------
 
     # --- sensitive text -----------------------------------------------------------------------
     redact: list[str] = Field(

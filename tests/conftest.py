@@ -131,7 +131,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that makes another process see these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RM_")}
     for name, value in settings.model_dump(mode="json").items():
-        if isinstance(value, list | tuple):
+        if isinstance(value, list | tuple | dict):
             import json
 
             env[f"RM_{name.upper()}"] = json.dumps(value)

@@ -26,7 +26,6 @@ from service import repository
 from service.analysis.cli import add_analyze_command
 from service.analysis.dataset import judged_traffic
 from service.analysis.gauges import CachedCalibrationGauges, calibration_gauges
-from service.api.analysis import router
 from service.api.app import create_app
 from service.db import make_engine, session_scope
 from service.measures import MEASURE_NAMES, EventLabels, compute_measures
@@ -227,8 +226,7 @@ def world(plan: Plan, tmp_path: Path, redis_url: str) -> World:
 
 @pytest.fixture
 def analysis_client(world: World) -> Iterator[TestClient]:
-    app = create_app(world.settings)
-    app.include_router(router)
+    app = create_app(world.settings)  # the analysis routes are part of the app
     with TestClient(app) as test_client:
         yield test_client
 

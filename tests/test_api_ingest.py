@@ -105,7 +105,8 @@ def test_bad_events_get_clear_4xx_messages(client: TestClient, settings: Setting
         client, {**make_event(), "passages": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}
     )
     assert count_rows(settings, Event) == 0
-    assert sample(client, "retrieval_monitor_events_rejected_total", reason="invalid") == 10
+    assert sample(client, "retrieval_monitor_events_rejected_total", reason="invalid") == 9
+    assert sample(client, "retrieval_monitor_events_rejected_total", reason="empty_retrieval") == 1
 
 
 def test_limits_come_from_settings(client: TestClient, settings: Settings) -> None:

@@ -19,19 +19,20 @@ from sqlmodel import Session, select
 
 from service import repository
 from service.aggregates import Delta
+from service.budget import reserve_call, settle_call
 from service.db import session_scope
 from service.measures import EventLabels, compute_measures
-from service.metrics import MEASURE_BUCKETS
-from service.models import JudgeRun, Score
+from service.models import EventStatus, JudgeRun, Score
 from service.ratelimit import TokenBucket
 from service.repository import EventForJudging, JudgeIdentity
 from service.runtime import Runtime
+from service.score_export import ExportLabels, done_key, score_delta
 from workers.judge.base import Judge
 from workers.judge.prompt import JudgeRequest
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["judged", "already_judged", "not_found"]
+Outcome = Literal["judged", "already_judged", "not_found", "skipped"]
 
 
 def context_cache_key(event: EventForJudging) -> str:
@@ -63,7 +64,7 @@ def plan_call(event: EventForJudging, cached: dict[str, int]) -> Plan:
     return Plan(send=send, rate_context=rate_context)
 
 
-def judge_event(runtime: Runtime, judge: Judge, event_pk: int) -> Outcome:
+def judge_event(runtime: Runtime, judge: Judge, event_pk: int, force: bool = False) -> Outcome:
     settings = runtime.settings
     who = judge.identity
     with session_scope(runtime.engine) as session:
@@ -74,6 +75,9 @@ def judge_event(runtime: Runtime, judge: Judge, event_pk: int) -> Outcome:
         if repository.score_exists(session, event_pk, who):
             export(runtime, session, event, who)
             return "already_judged"
+        # Skipped by sampling, budget or shedding while the task waited in the queue.
+        if event.status == EventStatus.SKIPPED and not force:
+            return "skipped"
 
         query_hash = repository.text_hash(event.query)
         ctx_key = context_cache_key(event)
@@ -87,6 +91,7 @@ def judge_event(runtime: Runtime, judge: Judge, event_pk: int) -> Outcome:
     new_entries: dict[str, int] = {}
     calls = prompt_tokens = completion_tokens = malformed = 0
     latency: float | None = None
+    output_modes: dict[str, int] = {}
     if plan.send:
         request = JudgeRequest(
             query=event.query,
@@ -94,9 +99,25 @@ def judge_event(runtime: Runtime, judge: Judge, event_pk: int) -> Outcome:
             rate_context=plan.rate_context,
             top_k_count=min(event.k, len(event.passages)) if plan.rate_context else 0,
         )
-        wait_for_judge_budget(runtime)
-        reply = judge.judge(request)
+        held = reserve_call(runtime, event.app, who.model, [event.query, *request.passages])
+        try:
+            wait_for_judge_budget(runtime)
+            reply = judge.judge(request)
+        except BaseException:  # a call that never answered releases its reservation
+            settle_call(runtime, held, event.app, who.judge, who.model, 0, 0, 0)
+            raise
+        settle_call(
+            runtime,
+            held,
+            event.app,
+            who.judge,
+            who.model,
+            reply.calls,
+            reply.prompt_tokens,
+            reply.completion_tokens,
+        )
         calls, malformed, latency = reply.calls, reply.malformed_replies, reply.latency_seconds
+        output_modes = reply.output_modes
         prompt_tokens, completion_tokens = reply.prompt_tokens, reply.completion_tokens
         for index, grade in zip(plan.send, reply.grades, strict=True):
             content_hash = event.passages[index].content_hash
@@ -152,6 +173,7 @@ def judge_event(runtime: Runtime, judge: Judge, event_pk: int) -> Outcome:
             stored = False
         if latency is not None and stored:
             _observe_latency(runtime, who, latency)
+            _count_output_modes(runtime, who, output_modes)
         export(runtime, session, event, who)
     return "judged" if stored else "already_judged"
 
@@ -172,6 +194,13 @@ def _observe_latency(runtime: Runtime, who: JudgeIdentity, seconds: float) -> No
     runtime.aggregates.add(delta)
 
 
+def _count_output_modes(runtime: Runtime, who: JudgeIdentity, modes: dict[str, int]) -> None:
+    delta = Delta()
+    for mode, count in modes.items():
+        delta.inc("judge_output_mode", {"judge": who.judge, "mode": mode}, count)
+    runtime.aggregates.add(delta)
+
+
 def export(runtime: Runtime, session: Session, event: EventForJudging, who: JudgeIdentity) -> bool:
     """Add this event's score and judging cost to the shared aggregates, once."""
     score = session.exec(
@@ -188,58 +217,21 @@ def export(runtime: Runtime, session: Session, event: EventForJudging, who: Judg
             JudgeRun.prompt_version == who.prompt_version,
         )
     ).one_or_none()
-    delta = score_delta(event, who, score, run)
+    delta = score_delta(
+        ExportLabels(
+            app=event.app,
+            retriever=event.retriever,
+            environment=event.environment,
+            judge=who.judge,
+            prompt_version=who.prompt_version,
+            judged_passages=len(event.passages),
+        ),
+        score,
+        run,
+    )
     delta.observe(
         "pipeline_lag_seconds",
         {"app": event.app},
         max((repository.utcnow() - event.received_at).total_seconds(), 0.0),
     )
-    return runtime.aggregates.add_once(f"{event.pk}:{who.judge}:{who.prompt_version}", delta)
-
-
-def score_delta(
-    event: EventForJudging, who: JudgeIdentity, score: Score, run: JudgeRun | None
-) -> Delta:
-    labels = {
-        "app": event.app,
-        "retriever": event.retriever,
-        "environment": event.environment,
-        "judge": who.judge,
-        "prompt_version": who.prompt_version,
-    }
-    delta = Delta()
-    delta.inc("events_judged", labels)
-    any_measure = False
-    for measure in MEASURE_BUCKETS:
-        value = getattr(score, measure)
-        if value is not None:
-            delta.observe(f"measure_{measure}", labels, float(value))
-            if measure not in {"context_relevance", "recall", "f", "ndcg_gold"}:
-                any_measure = True
-    if not any_measure:
-        delta.inc("events_missing_measures", labels)
-    if run is not None:
-        judge_label = {"judge": who.judge}
-        total_labels = len(event.passages)
-        delta.inc("judge_labels", judge_label, total_labels - run.missing_labels)
-        if run.missing_labels:
-            delta.inc("judge_labels_missing", judge_label, run.missing_labels)
-        if run.cache_hits:
-            delta.inc("judge_cache_hits", judge_label, run.cache_hits)
-        if run.calls:
-            ok_calls = run.calls - run.malformed_replies
-            if ok_calls > 0:
-                delta.inc("judge_calls", {"judge": who.judge, "outcome": "ok"}, ok_calls)
-            if run.malformed_replies:
-                delta.inc(
-                    "judge_calls",
-                    {"judge": who.judge, "outcome": "malformed"},
-                    run.malformed_replies,
-                )
-        if run.prompt_tokens:
-            delta.inc("judge_tokens", {"judge": who.judge, "kind": "prompt"}, run.prompt_tokens)
-        if run.completion_tokens:
-            delta.inc(
-                "judge_tokens", {"judge": who.judge, "kind": "completion"}, run.completion_tokens
-            )
-    return delta
+    return runtime.aggregates.add_once(done_key(event.pk, who.judge, who.prompt_version), delta)

@@ -8,13 +8,16 @@ from functools import cache
 
 from celery import Task
 
-from service import repository
+from service import repository, spend_repository
 from service.aggregates import Delta
+from service.budget import BudgetExhaustedError
 from service.db import session_scope
 from service.queue import FANOUT_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK
 from service.rebuild import ensure_aggregates
+from service.rejudge import OVERRIDABLE
 from service.runtime import Runtime
-from service.settings import get_settings
+from service.settings import Settings, get_settings
+from service.shedding import shed_backlog
 from workers import judging
 from workers.celery_app import app
 from workers.judge import Judge, make_judge
@@ -38,11 +41,34 @@ def judge() -> Judge:
     return make_judge(get_settings())
 
 
+@cache
+def judge_with(overrides: tuple[tuple[str, str], ...]) -> Judge:
+    """A judge built from the worker's settings with some judge settings replaced (re-judging).
+
+    Only the judge settings a re-judge may change are taken from the message; anything else in
+    it is ignored, so a task cannot rewire the worker's storage or credentials.
+    """
+    base = get_settings()
+    allowed = {name: value for name, value in overrides if name in OVERRIDABLE}
+    return make_judge(Settings.model_validate({**base.model_dump(), **allowed}))
+
+
 @app.task(name=JUDGE_TASK, bind=True, max_retries=MAX_TASK_RETRIES)  # type: ignore[untyped-decorator]
-def judge_event(self: Task, event_pk: int) -> str:
-    rt, current = runtime(), judge()
+def judge_event(self: Task, event_pk: int, judge_overrides: dict[str, str] | None = None) -> str:
+    rt = runtime()
+    current = judge_with(tuple(sorted(judge_overrides.items()))) if judge_overrides else judge()
     try:
-        return judging.judge_event(rt, current, event_pk)
+        # A re-judge (with overrides) also judges events that sampling or shedding skipped.
+        return judging.judge_event(rt, current, event_pk, force=bool(judge_overrides))
+    except BudgetExhaustedError as exc:
+        if not judge_overrides:
+            return _over_budget(rt, event_pk, exc)
+        # A re-judged event is not pending, so no sweeper brings it back: the task waits itself.
+        _over_budget(rt, event_pk, exc, skip=False)
+        countdown = min(exc.refusal.retry_after_seconds + 1, 3600)
+        raise self.retry(
+            exc=exc, countdown=countdown, max_retries=self.request.retries + 1
+        ) from exc
     except TransientJudgeError as exc:
         delta = Delta()
         delta.inc("judge_failures", {"judge": current.identity.judge, "reason": exc.reason})
@@ -56,6 +82,33 @@ def judge_event(self: Task, event_pk: int) -> str:
             extra={"event_pk": event_pk, "reason": exc.reason, "countdown": countdown},
         )
         raise self.retry(exc=exc, countdown=countdown) from exc
+
+
+def _over_budget(
+    rt: Runtime, event_pk: int, exc: BudgetExhaustedError, skip: bool | None = None
+) -> str:
+    """Apply the budget policy: leave the event pending (the sweeper brings it back) or skip it."""
+    skip = rt.settings.budget_policy == "skip" if skip is None else skip
+    with session_scope(rt.engine) as session:
+        event = repository.load_for_judging(session, event_pk)
+        skipped = spend_repository.mark_skipped(session, [event_pk], "budget") if skip else []
+        session.commit()
+    if event is None:
+        return "not_found"
+    labels = {
+        "app": event.app,
+        "retriever": event.retriever,
+        "environment": event.environment,
+        "reason": "budget",
+    }
+    delta = Delta()
+    delta.inc("events_skipped" if skipped else "events_deferred", labels)
+    rt.aggregates.add(delta)
+    log.info(
+        "judge budget spent",
+        extra={"event_pk": event_pk, "window": exc.refusal.window, "skipped": bool(skipped)},
+    )
+    return "skipped" if skipped else "deferred"
 
 
 def _give_up(rt: Runtime, current: Judge, event_pk: int, reason: str) -> None:
@@ -115,6 +168,7 @@ def sweep_pending() -> int:
     rebuild the shared aggregates if Redis lost them."""
     rt = runtime()
     ensure_aggregates(rt)
+    shed_backlog(rt)
     now = repository.utcnow()
     stale_before = repository.older_than(now, rt.settings.pending_requeue_seconds)
     with session_scope(rt.engine) as session:

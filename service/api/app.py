@@ -16,6 +16,7 @@ from service.api import analysis, events, health, otlp
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.deps import AppState
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
+from service.ingest import empty_retrieval_labels
 from service.rebuild import ensure_aggregates
 from service.runtime import Runtime
 from service.settings import Settings
@@ -65,7 +66,10 @@ def create_app(settings: Settings) -> FastAPI:
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         if request.url.path.startswith("/v1/events") and request.method == "POST":
             delta = Delta()
-            delta.inc("events_rejected", {"reason": "invalid"})
+            empty = empty_retrieval_labels(exc.body)
+            delta.inc("events_rejected", {"reason": "empty_retrieval" if empty else "invalid"})
+            if empty is not None:
+                delta.inc("signal_empty_retrievals", empty)
             state.ingestor.count(delta)
         errors = [
             {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}

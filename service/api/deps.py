@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 from fastapi import Request
 from prometheus_client import CollectorRegistry
 
 from service.analysis.gauges import CachedCalibrationGauges
 from service.auth import KeyStore
+from service.budget import BudgetGauges
 from service.db import session_scope
 from service.exporter import PipelineState, SharedCollector, build_registry
 from service.ingest import Ingestor
-from service.queue import TaskSender
+from service.queue import TaskSender, urgent_queue
 from service.rebuild import ensure_aggregates_in_background
 from service.repository import pending_summary, utcnow
 from service.runtime import Runtime
@@ -37,9 +39,9 @@ class AppState:
                 if pending.oldest_received_at
                 else 0.0
             )
-            queue = runtime.settings.queue_name
+            queues = (runtime.settings.queue_name, urgent_queue(runtime.settings.queue_name))
             return PipelineState(
-                queue_depth={queue: int(runtime.redis.llen(queue))},
+                queue_depth={queue: int(runtime.redis.llen(queue)) for queue in queues},
                 pending_events=pending.count,
                 oldest_pending_age_seconds=max(age, 0.0),
             )
@@ -48,12 +50,14 @@ class AppState:
             if not runtime.aggregates.has_epoch():
                 ensure_aggregates_in_background(runtime)
 
+        calibration = CachedCalibrationGauges(runtime.engine)
+        budgets = BudgetGauges(runtime.redis, runtime.settings)
         registry = build_registry(
             SharedCollector(
                 runtime.aggregates,
                 pipeline_state,
                 before_scrape,
-                extra=CachedCalibrationGauges(runtime.engine),
+                extra=lambda: chain(calibration(), budgets()),
             )
         )
         return cls(

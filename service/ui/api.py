@@ -72,9 +72,16 @@ def get_miss_cause(event_id: str, state: State, caller: UiCaller) -> MissCauseVi
 
 
 def _utc(moment: datetime | None) -> datetime | None:
-    if moment is None or moment.tzinfo is not None:
-        return moment
-    return moment.replace(tzinfo=UTC)
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        # An offset that carries the moment past year 1 or 9999: clamp to the representable end.
+        edge = datetime.min if moment.year < 5000 else datetime.max
+        return edge.replace(tzinfo=UTC)
 
 
 @router.get("/v1/misses/causes", response_model=CauseCountsView)

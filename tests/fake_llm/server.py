@@ -10,7 +10,9 @@ server, so it shares no code with the project):
 
 and answers ``{"p1": grade, ..., "context": rating}`` (``context`` only when the system message
 asks for it) from labels the tests set over HTTP. Tests also inject faults (malformed replies,
-429/500, slowness, truncation, refusal, a server that rejects ``json_schema``) and read back what
+429/500, slowness, truncation, refusal, a server that rejects ``json_schema``, one that takes only a
+bare ``{"type": "json_object"}``, one that rejects any ``response_format`` with a FastAPI-style
+422, replies fenced in Markdown) and read back what
 was asked, what was billed and every prompt-injection weakness seen in the requests.
 
 Control plane::
@@ -42,6 +44,14 @@ from typing import Any
 _ERRORS: dict[str, tuple[int, str, str, str | None, str | None]] = {
     "http_429": (429, "Rate limit reached for requests", "requests", "rate_limit_exceeded", None),
     "http_500": (500, "The server had an error", "server_error", None, None),
+    # Plain JSON mode only: json_schema refused, and json_object with any extra key too.
+    "json_object_only": (
+        400,
+        "Unrecognized request argument in response_format; only {'type': 'json_object'} works",
+        "invalid_request_error",
+        None,
+        "response_format",
+    ),
     "reject_json_schema": (
         400,
         "response_format 'json_schema' is not supported",
@@ -50,10 +60,15 @@ _ERRORS: dict[str, tuple[int, str, str, str | None, str | None]] = {
         "response_format",
     ),
 }
+# A server that knows no structured output at all and validates the request the way FastAPI-based
+# servers do: 422 with a "detail" list pointing at the field, not OpenAI's "error" object.
+_REJECT_ANY_FORMAT = "reject_response_format"
 _SPOILED_REPLIES = frozenset(
-    {"malformed_json", "grade_out_of_enum", "missing_grades", "finish_length"}
+    {"malformed_json", "grade_out_of_enum", "missing_grades", "finish_length", "fenced_json"}
 )
-FAULT_MODES = frozenset({"none", "slow", "refusal", *_ERRORS, *_SPOILED_REPLIES})
+FAULT_MODES = frozenset(
+    {"none", "slow", "refusal", _REJECT_ANY_FORMAT, *_ERRORS, *_SPOILED_REPLIES}
+)
 KEPT_REQUESTS = 200
 # A passage shorter than this is too likely to occur by chance elsewhere in the prompt.
 MIN_LEAK_CHARS = 21
@@ -218,10 +233,17 @@ class State:
         fault = self.fault
         if fault.mode == "none":
             return None
-        if fault.mode == "reject_json_schema":
-            response_format = body.get("response_format") or {}
-            if response_format.get("type") != "json_schema":
-                return None
+        format_type = (body.get("response_format") or {}).get("type")
+        if fault.mode == "reject_json_schema" and format_type != "json_schema":
+            return None
+        if fault.mode == _REJECT_ANY_FORMAT and format_type not in ("json_schema", "json_object"):
+            return None
+        if fault.mode == "json_object_only" and body.get("response_format") in (
+            None,
+            {"type": "json_object"},
+            {"type": "text"},
+        ):
+            return None
         if fault.remaining is not None:
             fault.remaining -= 1
             if fault.remaining <= 0:
@@ -263,7 +285,20 @@ def faulty_content(mode: str, reply: dict[str, Any]) -> str:
     if mode == "finish_length":
         text = json.dumps(reply)
         return text[: max(1, len(text) // 2)]
+    if mode == "fenced_json":  # what chat models write when nothing constrains them
+        return "```json\n" + json.dumps(reply, indent=2) + "\n```"
     return json.dumps(reply)
+
+
+def validation_error_body(body: dict[str, Any]) -> bytes:
+    format_type = (body.get("response_format") or {}).get("type")
+    detail = {
+        "type": "literal_error",
+        "loc": ["body", "response_format", "type"],
+        "msg": "Input should be 'text'",
+        "input": format_type,
+    }
+    return json.dumps({"detail": [detail]}).encode()
 
 
 def error_body(message: str, kind: str, code: str | None = None, param: str | None = None) -> bytes:
@@ -337,6 +372,9 @@ class Handler(BaseHTTPRequestHandler):
             status, message, kind, code, param = _ERRORS[fault.mode]
             retry = {"Retry-After": f"{fault.retry_after:g}"} if fault.mode == "http_429" else {}
             self._send(status, error_body(message, kind, code, param), retry)
+            return
+        if fault is not None and fault.mode == _REJECT_ANY_FORMAT:
+            self._send(HTTPStatus.UNPROCESSABLE_ENTITY, validation_error_body(body))
             return
         if fault is not None and fault.mode == "slow":
             time.sleep(fault.delay)

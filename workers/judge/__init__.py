@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from redis import Redis
+
 from service.settings import Settings
 from workers.judge.base import Judge
 
 __all__ = ["Judge", "make_judge"]
 
 
-def make_judge(settings: Settings) -> Judge:
+def make_judge(settings: Settings, redis: Redis | None = None) -> Judge:
+    """The judge the settings ask for; ``redis`` shares what the LLM judge learns of its server.
+
+    Without ``redis`` the LLM judge connects to ``settings.redis_url`` itself when one is set.
+    """
     if settings.uses_local_judge:
         from workers.judge.local import LocalJudge
 
         return LocalJudge(settings)
     from workers.judge.llm import LlmJudge
 
-    return LlmJudge(settings)
+    return LlmJudge(settings, redis)

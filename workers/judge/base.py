@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from service.repository import JudgeIdentity
@@ -18,6 +18,8 @@ class JudgeReply:
     completion_tokens: int
     malformed_replies: int
     latency_seconds: float
+    # Answered calls by output mode (see prompt.OUTPUT_MODES); empty for the local judge.
+    output_modes: dict[str, int] = field(default_factory=dict)
 
 
 class TransientJudgeError(RuntimeError):

@@ -1,29 +1,43 @@
-"""The LLM judge: one chat-completions call per event through the ``openai`` package.
+"""The LLM judge: chat-completions calls through the ``openai`` package.
 
-Works with any OpenAI-compatible server (OpenAI, Azure, vLLM, Ollama, llama.cpp). Transport
-problems (429 with Retry-After, 5xx, timeouts) are retried with backoff by the client itself;
-replies that do not fit the schema get ``judge_malformed_retries`` more calls, after which the
-labels still missing stay missing (never 0).
+Works with any OpenAI-compatible server (OpenAI, Azure, vLLM, Ollama, llama.cpp,
+llama-cpp-python). By default one call grades every passage of an event; with
+``judge_per_passage`` each passage gets a call of its own (plus one for the context rating), for
+comparison with tools that judge that way. With ``judge_shuffle`` the passages are shown in an
+order fixed by the event's content rather than the retriever's, so a judge that favours early
+positions does not inflate rank-sensitive measures.
+
+The reply is constrained as far as the server allows (see ``output_mode``). Transport problems
+(429 with Retry-After, 5xx, timeouts) are retried with backoff by the client itself; replies that do
+not fit the schema get ``judge_malformed_retries`` more calls, after which the labels still missing
+stay missing (never 0).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import cast
 
 import openai
-from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import ResponseFormat
+from redis import Redis
 
 from service.repository import JudgeIdentity
 from service.settings import Settings
 from workers.judge.base import JudgeReply, TransientJudgeError
+from workers.judge.output_mode import OutputModes, is_format_rejection
 from workers.judge.prompt import (
-    PROMPT_VERSION,
     JudgeRequest,
     MalformedReplyError,
+    OutputMode,
     parse_reply,
+    presentation_order,
+    prompt_version,
+    reordered,
     response_format,
     system_message,
     user_message,
@@ -32,11 +46,35 @@ from workers.judge.prompt import (
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Tally:
+    """What the calls of one ``judge`` cost, added up across its sub-requests and retries."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    malformed: int = 0
+    modes: Counter[str] = field(default_factory=Counter)
+
+
 class LlmJudge:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, redis: Redis | None = None) -> None:
         self.settings = settings
+        self.per_passage = settings.judge_per_passage
+        self.shuffle = settings.judge_shuffle and not settings.judge_per_passage
         self.identity = JudgeIdentity(
-            judge=settings.judge_model, model=settings.judge_model, prompt_version=PROMPT_VERSION
+            judge=settings.judge_model,
+            model=settings.judge_model,
+            prompt_version=prompt_version(per_passage=self.per_passage, shuffle=self.shuffle),
+        )
+        if redis is None and settings.redis_url:
+            redis = Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+        self.modes = OutputModes(
+            settings.judge_output_mode,
+            settings.judge_base_url,
+            settings.judge_model,
+            redis=redis,
+            memory_seconds=settings.judge_output_mode_memory_seconds,
         )
         self.client = openai.OpenAI(
             base_url=settings.judge_base_url,
@@ -47,21 +85,109 @@ class LlmJudge:
         )
 
     def judge(self, request: JudgeRequest) -> JudgeReply:
+        started = time.perf_counter()
+        tally = _Tally()
+        if self.per_passage:
+            grades, context = self._judge_one_by_one(request, tally)
+        elif self.shuffle:
+            order = presentation_order(request)
+            shown, context = self._ask(reordered(request, order), tally)
+            unshuffled: list[int | None] = [None] * len(order)
+            for position, index in enumerate(order):
+                unshuffled[index] = shown[position]
+            grades = tuple(unshuffled)
+        else:
+            grades, context = self._ask(request, tally)
+        return JudgeReply(
+            grades=grades,
+            context_rating=context,
+            calls=tally.calls,
+            prompt_tokens=tally.prompt_tokens,
+            completion_tokens=tally.completion_tokens,
+            malformed_replies=tally.malformed,
+            latency_seconds=time.perf_counter() - started,
+            output_modes=dict(tally.modes),
+        )
+
+    def _judge_one_by_one(
+        self, request: JudgeRequest, tally: _Tally
+    ) -> tuple[tuple[int | None, ...], int | None]:
+        grades: list[int | None] = []
+        for text in request.passages:
+            alone = JudgeRequest(
+                query=request.query, passages=(text,), rate_context=False, top_k_count=0
+            )
+            grades.extend(self._ask(alone, tally)[0])
+        context: int | None = None
+        if request.rate_context and request.top_k_count:
+            # The context rating is of the top-k together, so it needs them in one call; the
+            # grades that call also gives are not per-passage grades and are dropped.
+            top_k = JudgeRequest(
+                query=request.query,
+                passages=request.passages[: request.top_k_count],
+                rate_context=True,
+                top_k_count=request.top_k_count,
+            )
+            context = self._ask(top_k, tally, need_grades=False)[1]
+        return tuple(grades), context
+
+    def _ask(
+        self, request: JudgeRequest, tally: _Tally, *, need_grades: bool = True
+    ) -> tuple[tuple[int | None, ...], int | None]:
+        """One question, asked again while the reply is malformed or incomplete."""
         grades: list[int | None] = [None] * len(request.passages)
         context: int | None = None
-        calls = prompt_tokens = completion_tokens = malformed = 0
         messages: list[ChatCompletionMessageParam] = [
             {"role": "system", "content": system_message(request)},
             {"role": "user", "content": user_message(request)},
         ]
-        started = time.perf_counter()
         for _attempt in range(1 + self.settings.judge_malformed_retries):
-            calls += 1
+            completion, mode = self._complete(request, messages, tally)
+            choice = completion.choices[0] if completion.choices else None
+            try:
+                if choice is None:
+                    raise MalformedReplyError("no choices in the reply")
+                if choice.finish_reason == "length":
+                    raise MalformedReplyError("reply cut off at the token limit")
+                if getattr(choice.message, "refusal", None):
+                    raise MalformedReplyError("the model refused")
+                parsed = parse_reply(choice.message.content, request, mode)
+            except MalformedReplyError as exc:
+                tally.malformed += 1
+                log.warning("malformed judge reply: %s", exc, extra={"mode": mode})
+                continue
+            # Keep what earlier attempts already gave; fill only the gaps.
+            grades = [
+                old if old is not None else new
+                for old, new in zip(grades, parsed.grades, strict=True)
+            ]
+            if context is None:
+                context = parsed.context_rating
+            grades_done = not need_grades or all(g is not None for g in grades)
+            context_done = context is not None or not request.rate_context
+            if (need_grades and parsed.missing) or (
+                request.rate_context and parsed.context_rating is None
+            ):
+                tally.malformed += 1
+            if grades_done and context_done:
+                break
+        return tuple(grades), context
+
+    def _complete(
+        self,
+        request: JudgeRequest,
+        messages: list[ChatCompletionMessageParam],
+        tally: _Tally,
+    ) -> tuple[ChatCompletion, OutputMode]:
+        """One answered call, stepping down the output mode while the server rejects it."""
+        mode = self.modes.current()
+        while True:
+            fmt = response_format(request, mode)
             try:
                 completion = self.client.chat.completions.create(
                     model=self.settings.judge_model,
                     messages=messages,
-                    response_format=cast(ResponseFormat, response_format(request)),
+                    response_format=cast(ResponseFormat, fmt) if fmt is not None else openai.omit,
                     temperature=0,
                     max_tokens=self.settings.judge_max_tokens,
                 )
@@ -72,45 +198,17 @@ class LlmJudge:
             except openai.APIConnectionError as exc:
                 raise TransientJudgeError("connection", str(exc)) from exc
             except openai.APIStatusError as exc:
+                if is_format_rejection(exc):
+                    lower = self.modes.step_down(mode)
+                    if lower is not None:
+                        mode = lower
+                        continue
+                    raise TransientJudgeError("output_mode_rejected", str(exc)) from exc
                 reason = "server_error" if exc.status_code >= 500 else "client_error"
                 raise TransientJudgeError(reason, str(exc)) from exc
+            tally.calls += 1
+            tally.modes[mode] += 1
             if completion.usage is not None:
-                prompt_tokens += completion.usage.prompt_tokens
-                completion_tokens += completion.usage.completion_tokens
-            choice = completion.choices[0] if completion.choices else None
-            try:
-                if choice is None:
-                    raise MalformedReplyError("no choices in the reply")
-                if choice.finish_reason == "length":
-                    raise MalformedReplyError("reply cut off at the token limit")
-                if getattr(choice.message, "refusal", None):
-                    raise MalformedReplyError("the model refused")
-                parsed = parse_reply(choice.message.content, request)
-            except MalformedReplyError as exc:
-                malformed += 1
-                log.warning("malformed judge reply: %s", exc)
-                continue
-            # Keep what earlier attempts already gave; fill only the gaps.
-            grades = [
-                old if old is not None else new
-                for old, new in zip(grades, parsed.grades, strict=True)
-            ]
-            if context is None:
-                context = parsed.context_rating
-            if parsed.missing or (request.rate_context and parsed.context_rating is None):
-                malformed += 1
-                if all(g is not None for g in grades) and (
-                    context is not None or not request.rate_context
-                ):
-                    break
-                continue
-            break
-        return JudgeReply(
-            grades=tuple(grades),
-            context_rating=context,
-            calls=calls,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            malformed_replies=malformed,
-            latency_seconds=time.perf_counter() - started,
-        )
+                tally.prompt_tokens += completion.usage.prompt_tokens
+                tally.completion_tokens += completion.usage.completion_tokens
+            return completion, mode

@@ -1,53 +1,85 @@
 """The local judge: an embedding-similarity proxy for when no LLM endpoint is configured.
 
 It is not an LLM and does not read the passages the way one does: it maps the cosine similarity of
-query and passage (all-MiniLM-L6-v2) to a grade through fixed thresholds. Its labels carry their own
-judge name and prompt version so they are never mixed with an LLM judge's.
+query and passage (all-MiniLM-L6-v2) to a grade through three thresholds. Its labels carry their
+own judge name, and a prompt version that names the thresholds, so they are never mixed with an
+LLM judge's nor with its own labels under another calibration. It grades each passage on its
+own, so batching, order and position cannot change a grade.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from service.repository import JudgeIdentity
 from service.settings import Settings
 from workers.judge.base import JudgeReply
 from workers.judge.prompt import JudgeRequest
 
+if TYPE_CHECKING:
+    from workers.judge.embedding import MiniLMEncoder
+
 LOCAL_JUDGE_NAME = "local-minilm-l6-v2"
 LOCAL_PROMPT_VERSION = "sim-v1"
 
 
+def local_prompt_version(thresholds: Sequence[float]) -> str:
+    """``sim-v1@t1,t2,t3``: the mapping from similarity to grade is this judge's prompt."""
+    return f"{LOCAL_PROMPT_VERSION}@" + ",".join(f"{t:g}" for t in thresholds)
+
+
+def grades_from_similarity(
+    similarities: npt.ArrayLike, thresholds: Sequence[float]
+) -> npt.NDArray[np.intp]:
+    """Grade 0-3 per similarity: how many of the (ascending) thresholds it reaches."""
+    bounds = np.asarray(thresholds, dtype=np.float64)
+    if bounds.shape != (3,) or np.any(np.diff(bounds) < 0):
+        raise ValueError(f"need three ascending thresholds, got {list(thresholds)}")
+    values = np.asarray(similarities, dtype=np.float64)
+    grades: npt.NDArray[np.intp] = np.searchsorted(bounds, values, side="right")
+    return grades
+
+
+def context_from_grades(top_k_grades: Sequence[int]) -> int:
+    """The 0-2 context rating the proxy gives: from the best grade in the top k."""
+    best = max(top_k_grades, default=0)
+    return 2 if best >= 3 else 1 if best >= 2 else 0
+
+
 class LocalJudge:
     def __init__(self, settings: Settings) -> None:
-        self.thresholds = np.asarray(settings.local_judge_thresholds, dtype=np.float32)
+        self.thresholds = tuple(float(t) for t in settings.local_judge_thresholds)
+        grades_from_similarity([], self.thresholds)  # fail at start on a bad setting
         self.identity = JudgeIdentity(
-            judge=LOCAL_JUDGE_NAME, model=LOCAL_JUDGE_NAME, prompt_version=LOCAL_PROMPT_VERSION
+            judge=LOCAL_JUDGE_NAME,
+            model=LOCAL_JUDGE_NAME,
+            prompt_version=local_prompt_version(self.thresholds),
         )
 
     @cached_property
-    def encoder(self):  # type: ignore[no-untyped-def]
+    def encoder(self) -> MiniLMEncoder:
         from workers.judge.embedding import MiniLMEncoder
 
         return MiniLMEncoder.load()
 
-    def grades_for(self, similarities: np.ndarray) -> np.ndarray:
-        # grade = how many thresholds the similarity reaches: 0..3
-        return np.searchsorted(self.thresholds, similarities, side="right")
+    def grades_for(self, similarities: npt.ArrayLike) -> npt.NDArray[np.intp]:
+        return grades_from_similarity(similarities, self.thresholds)
 
     def judge(self, request: JudgeRequest) -> JudgeReply:
         started = time.perf_counter()
         similarities = self.encoder.similarity(request.query, list(request.passages))
-        grades = self.grades_for(similarities)
+        grades = [int(g) for g in self.grades_for(similarities)]
         context: int | None = None
         if request.rate_context and request.top_k_count:
-            best = int(grades[: request.top_k_count].max())
-            context = 2 if best >= 3 else 1 if best >= 2 else 0
+            context = context_from_grades(grades[: request.top_k_count])
         return JudgeReply(
-            grades=tuple(int(g) for g in grades),
+            grades=tuple(grades),
             context_rating=context,
             calls=1,
             prompt_tokens=0,

@@ -1,8 +1,9 @@
-"""The judge's prompt: its text, its version and the JSON schema of the reply, in one place.
+"""The judge's prompt: its text, its version, the reply schema and the reply parser, in one place.
 
 Changing any text here without bumping ``PROMPT_VERSION`` would make a judge change look like a
-retrieval change on every dashboard; ``tests/test_prompt.py`` pins a fingerprint of the text to the
-version so that cannot happen silently.
+retrieval change on every dashboard; ``tests/test_prompt.py`` pins a fingerprint of everything
+rendered here (messages, schema, response formats, variant names) to the version, so that cannot
+happen silently.
 
 Wire format of the user message (the test's OpenAI-compatible server parses exactly this):
 
@@ -15,17 +16,23 @@ Every passage is JSON-encoded on one line, so a passage cannot open a new line, 
 quotes or imitate a marker: whatever it says stays inside its string. The reply must be a JSON
 object with one key per passage marker (``"p1"``..``"pN"``) holding a grade 0-3 and, when asked,
 ``"context"`` holding the 0-2 rating of the whole top-k context.
+
+The schema is also written into the system message, in every output mode: servers without
+``json_schema`` support (JSON mode, or plain text) still see it, and the messages stay the same
+whichever mode a server forces, so labels of one prompt version are comparable across servers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
-PROMPT_VERSION = "v1"
+PROMPT_VERSION = "v2"
 
 SYSTEM_PROMPT = (
     "You grade search results for a question-answering system. "
@@ -39,9 +46,35 @@ CONTEXT_INSTRUCTION = (
     ' Also give "context": how well the passages marked top-k together let one answer the '
     "query: 0 not at all, 1 partly, 2 fully."
 )
+SCHEMA_INSTRUCTION = (
+    " The reply is one JSON object, with nothing before or after it, valid against this JSON "
+    "schema: "
+)
 
 GRADES = (0, 1, 2, 3)
 CONTEXT_RATINGS = (0, 1, 2)
+
+OutputMode = Literal["json_schema", "json_object_schema", "json_object", "text"]
+# The order "auto" steps down in when a server rejects a mode. ``json_object_schema`` is JSON mode
+# with the schema beside it (``{"type": "json_object", "schema": ...}``), an extension that
+# llama-cpp-python and some hosted servers turn into a grammar; a server that refuses the extra
+# key still gets plain JSON mode next.
+OUTPUT_MODES: tuple[OutputMode, ...] = ("json_schema", "json_object_schema", "json_object", "text")
+
+# Label variants: a judge that sees passages one at a time, or in another order, may grade
+# differently, so its labels must not share a cache entry or a series with the batched judge's.
+PER_PASSAGE_SUFFIX = "-per-passage"
+SHUFFLED_SUFFIX = "-shuffled"
+
+
+def prompt_version(*, per_passage: bool = False, shuffle: bool = False) -> str:
+    """The version every label of this judge configuration carries."""
+    if per_passage:
+        # One passage per call: there is no order to shuffle.
+        return PROMPT_VERSION + PER_PASSAGE_SUFFIX
+    if shuffle:
+        return PROMPT_VERSION + SHUFFLED_SUFFIX
+    return PROMPT_VERSION
 
 
 def marker(position: int) -> str:
@@ -53,7 +86,7 @@ def marker(position: int) -> str:
 class JudgeRequest:
     """What one judge call is asked: the passages to grade and whether to rate the context.
 
-    ``top_k_markers`` names the passages that form the prompt's context (for the context rating).
+    The first ``top_k_count`` passages form the prompt's context (for the context rating).
     """
 
     query: str
@@ -63,9 +96,11 @@ class JudgeRequest:
 
 
 def system_message(request: JudgeRequest) -> str:
+    text = SYSTEM_PROMPT
     if request.rate_context:
-        return SYSTEM_PROMPT + CONTEXT_INSTRUCTION.replace("top-k", f"p1..p{request.top_k_count}")
-    return SYSTEM_PROMPT
+        text += CONTEXT_INSTRUCTION.replace("top-k", f"p1..p{request.top_k_count}")
+    schema = json.dumps(reply_schema(request), separators=(",", ":"))
+    return text + SCHEMA_INSTRUCTION + schema
 
 
 def user_message(request: JudgeRequest) -> str:
@@ -96,15 +131,50 @@ def reply_schema(request: JudgeRequest) -> dict[str, Any]:
     }
 
 
-def response_format(request: JudgeRequest) -> dict[str, Any]:
-    return {
-        "type": "json_schema",
-        "json_schema": {
-            "name": "relevance_grades",
-            "strict": True,
-            "schema": reply_schema(request),
-        },
-    }
+def response_format(
+    request: JudgeRequest, mode: OutputMode = "json_schema"
+) -> dict[str, Any] | None:
+    """The ``response_format`` parameter of a call in ``mode``; None means none is sent."""
+    if mode == "json_schema":
+        return {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "relevance_grades",
+                "strict": True,
+                "schema": reply_schema(request),
+            },
+        }
+    if mode == "json_object_schema":
+        return {"type": "json_object", "schema": reply_schema(request)}
+    if mode == "json_object":
+        return {"type": "json_object"}
+    return None
+
+
+def presentation_order(request: JudgeRequest) -> list[int]:
+    """A shuffled order of the request's passages (indexes), fixed by the request's content.
+
+    The top-k block and the window after it are shuffled separately: the context instruction
+    names the top-k as p1..pK, so they must stay the first K markers. Seeding by content makes
+    a redelivered task ask the very same question.
+    """
+    digest = hashlib.sha256(request.query.encode())
+    for text in request.passages:
+        digest.update(b"\x00" + hashlib.sha256(text.encode()).digest())
+    rng = random.Random(int.from_bytes(digest.digest()[:8], "big"))
+    head = min(request.top_k_count, len(request.passages)) if request.rate_context else 0
+    first = list(range(head))
+    rest = list(range(head, len(request.passages)))
+    rng.shuffle(first)
+    rng.shuffle(rest)
+    return first + rest
+
+
+def reordered(request: JudgeRequest, order: Sequence[int]) -> JudgeRequest:
+    """The same request with its passages shown in ``order`` (indexes into the original)."""
+    if sorted(order) != list(range(len(request.passages))):
+        raise ValueError("order must be a permutation of the passage indexes")
+    return replace(request, passages=tuple(request.passages[i] for i in order))
 
 
 @dataclass(frozen=True)
@@ -123,12 +193,28 @@ class MalformedReplyError(ValueError):
     """The judge's reply is not the JSON object the schema asks for."""
 
 
-def parse_reply(content: str | None, request: JudgeRequest) -> ParsedReply:
-    """Read a reply strictly: a value outside the enum is missing, never coerced."""
-    if not content:
+# A reply that is exactly one fenced block; anything outside the fence makes it malformed.
+_FENCED = re.compile(r"\A```[A-Za-z]*[ \t]*\n(?P<body>.*?)\n?```\Z", re.DOTALL)
+
+
+def parse_reply(
+    content: str | None, request: JudgeRequest, mode: OutputMode = "json_schema"
+) -> ParsedReply:
+    """Read a reply strictly: a value outside the enum is missing, never coerced.
+
+    In ``text`` mode nothing constrains the server, and models like to fence JSON in a Markdown
+    code block: exactly one such block and nothing else is accepted. JSON found inside prose is
+    never dug out, since a passage quoting a reply could then pass as the judge's own answer.
+    """
+    if not content or not content.strip():
         raise MalformedReplyError("empty reply")
+    text = content.strip()
+    if mode == "text":
+        fenced = _FENCED.match(text)
+        if fenced is not None:
+            text = fenced.group("body").strip()
     try:
-        data = json.loads(content)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise MalformedReplyError(f"reply is not JSON: {exc.msg}") from exc
     if not isinstance(data, dict):
@@ -148,10 +234,25 @@ def _enum_value(value: object, allowed: Sequence[int]) -> int | None:
 
 
 def prompt_fingerprint() -> str:
-    """A digest of every text that shapes the judge's answer, pinned to PROMPT_VERSION in tests."""
-    material = "\x00".join([SYSTEM_PROMPT, CONTEXT_INSTRUCTION, user_message_template()])
+    """A digest of everything that shapes the judge's answer, pinned to PROMPT_VERSION in tests.
+
+    It renders sample requests (with and without the context rating, one and two passages,
+    shuffled and not) in every output mode, so an edit to any text, the schema, a response
+    format, the shuffle or a variant name changes it.
+    """
+    samples = [
+        JudgeRequest(query="Q", passages=("P",), rate_context=False, top_k_count=0),
+        JudgeRequest(query="Q", passages=("P1", "P2", "P3"), rate_context=True, top_k_count=2),
+    ]
+    rendered: list[Any] = [
+        PROMPT_VERSION,
+        prompt_version(per_passage=True),
+        prompt_version(shuffle=True),
+    ]
+    for request in samples:
+        shown = reordered(request, presentation_order(request))
+        for asked in (request, shown):
+            rendered.append([system_message(asked), user_message(asked)])
+            rendered.extend(response_format(asked, mode) for mode in OUTPUT_MODES)
+    material = json.dumps(rendered, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(material.encode()).hexdigest()
-
-
-def user_message_template() -> str:
-    return user_message(JudgeRequest(query="Q", passages=("P",), rate_context=True, top_k_count=1))

@@ -1,0 +1,181 @@
+"""The benchmark suite: every figure of the performance section, in one command.
+
+``python -m tests.benchmarks`` (``make bench``) runs ingest, judge tokens, judging, the local
+judge and the scrape benchmarks in turn, prints one table (each figure, the median of its runs,
+next to its same-run baseline and their ratio) and writes it to ``bench-results/bench.json`` and
+``bench-results/bench.md``. ``--quick`` runs each once on tiny inputs (the smoke test uses it).
+Nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.benchmarks import bench_ingest, bench_judging, bench_scrape, bench_tokens
+from tests.benchmarks.common import RESULTS_DIR, Figure, table, write_json
+
+QUICK = {
+    "ingest": [
+        "--seconds",
+        "1",
+        "--repeat",
+        "1",
+        "--batches",
+        "1",
+        "--connections",
+        "4",
+        "--memory-events",
+        "300",
+    ],
+    "tokens": ["--queries", "5"],
+    "judging": [
+        "--backlog",
+        "20",
+        "--repeat",
+        "1",
+        "--rate",
+        "20",
+        "--lag-seconds",
+        "1",
+        "--raw-seconds",
+        "0.5",
+    ],
+    "scrape": ["--apps", "2", "--retrievers", "2", "--scrapes", "2", "--repeat", "1"],
+    "local_judge": ["--passages", "8", "--runs", "1", "--batch-size", "8"],
+}
+
+
+def local_judge(argv: list[str]) -> list[Figure]:
+    from tests.benchmarks import bench_local_judge
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--passages", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args(argv)
+    found = bench_local_judge.measure(args.passages, 150, args.runs, args.batch_size)
+    ceiling = blas_gflops(args.runs) * 1e9 / flops_per_passage(found["mean_tokens_per_passage"])
+    return [
+        Figure(
+            5,
+            "local judge (MiniLM proxy), passages/s, ~150 words",
+            found["passages_per_second"],
+            "passages/s",
+            "BLAS ceiling: sgemm FLOP/s / FLOPs per passage",
+            ceiling,
+            runs=args.runs,
+            target=">= 100 passages/s",
+            note=f"{found['threads']} threads, {found['mean_tokens_per_passage']:.0f} tokens "
+            f"per passage, {found['encode_cpu_seconds']:.1f} CPU-s per {found['passages']}",
+        ),
+        Figure(
+            5,
+            "local judge start-up (load weights and tokenizer)",
+            found["load_seconds"],
+            "s",
+            runs=args.runs,
+            target="reported",
+        ),
+        Figure(
+            5,
+            "local judge, one query + 10 passages",
+            found["query_plus_10_passages_ms"],
+            "ms",
+            runs=args.runs,
+            target="reported",
+        ),
+    ]
+
+
+def flops_per_passage(tokens: float, layers: int = 6, width: int = 384, ff: int = 1536) -> float:
+    """Multiply-adds x 2 of MiniLM-L6's encoder for one passage: projections, feed-forward and
+    the attention products (the matrix products are nearly all of the work)."""
+    per_token = 2 * (4 * width * width + 2 * width * ff) + 4 * tokens * width
+    return layers * per_token * tokens
+
+
+def blas_gflops(runs: int) -> float:
+    """Wall-clock sgemm speed of this machine now, on the encoder's feed-forward shape."""
+    import time
+
+    import numpy as np
+
+    a = np.ones((32 * 164, 384), dtype=np.float32)
+    b = np.ones((384, 1536), dtype=np.float32)
+    np.matmul(a, b)
+    speeds = []
+    for _ in range(max(3, runs)):
+        started = time.perf_counter()
+        for _ in range(5):
+            np.matmul(a, b)
+        speeds.append(5 * 2 * a.shape[0] * 384 * 1536 / (time.perf_counter() - started) / 1e9)
+    return sorted(speeds)[len(speeds) // 2]
+
+
+def _module(
+    module: object,
+) -> Callable[[list[str]], list[Figure]]:
+    def run(argv: list[str]) -> list[Figure]:
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)  # type: ignore[attr-defined]
+        figures: list[Figure] = module.measure(parser.parse_args(argv))  # type: ignore[attr-defined]
+        return figures
+
+    return run
+
+
+BENCHMARKS: dict[str, Callable[[list[str]], list[Figure]]] = {
+    "ingest": _module(bench_ingest),
+    "tokens": _module(bench_tokens),
+    "judging": _module(bench_judging),
+    "local_judge": local_judge,
+    "scrape": _module(bench_scrape),
+}
+
+
+def run_suite(only: list[str], quick: bool, out: Path) -> list[Figure]:
+    figures: list[Figure] = []
+    for name in only:
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        figures.extend(BENCHMARKS[name](QUICK[name] if quick else []))
+    figures.sort(key=lambda f: f.number)
+    load = [round(x, 2) for x in os.getloadavg()]
+    extra: dict[str, object] = {
+        "command": "make bench" if not quick else "python -m tests.benchmarks --quick",
+        "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "load_average": load,
+        "python": platform.python_version(),
+        "quick": quick,
+    }
+    write_json(figures, out / "bench.json", extra)
+    text = table(figures)
+    header = (
+        f"{extra['finished_at']}, {extra['cpus']} CPUs, load average at the end "
+        f"{' '.join(str(x) for x in load)}; value and baseline are medians of "
+        "the runs counted; ratio = value / baseline"
+    )
+    (out / "bench.md").write_text(f"{header}\n\n{text}\n")
+    print(header)
+    print(text)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="each benchmark once, tiny")
+    parser.add_argument("--only", nargs="*", choices=list(BENCHMARKS), default=list(BENCHMARKS))
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    run_suite(args.only, args.quick, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

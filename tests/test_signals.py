@@ -1,0 +1,151 @@
+"""Judge-free signals at ingest: pure functions on the passages."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.api.app import create_app
+from service.migrate import upgrade
+from service.signals import compute_signals, count_near_duplicates, jaccard, looks_bad, shingles
+from tests.conftest import make_settings
+from tests.helpers import make_event
+
+TEXT = "the quick brown fox jumps over the lazy dog near the river bank today"
+
+
+def signals(texts: list[str], scores: list[float | None], k: int | None = None):  # type: ignore[no-untyped-def]
+    return compute_signals(texts, scores, k or len(texts), 3, 0.9, 20)
+
+
+def test_top_score_gap_and_lengths_within_k() -> None:
+    s = signals(["a b c", "d e f", "g h i", "j"], [12.0, 9.5, 7.0, 1.0], k=3)
+    assert s.passages == 3
+    assert not s.empty
+    assert not s.short
+    assert s.top_score == 12.0
+    assert s.score_gap == pytest.approx(5.0)  # the 4th passage is outside k
+    assert s.lengths == (5, 5, 5)
+
+
+def test_missing_scores_and_a_single_passage_give_no_gap() -> None:
+    assert signals(["x"], [3.0]).score_gap is None
+    assert signals(["x", "y"], [None, None]).top_score is None
+    assert signals(["x", "y"], [2.0, None]).score_gap is None
+
+
+def test_empty_and_short() -> None:
+    empty = signals([], [])
+    assert empty.empty
+    assert empty.short
+    assert empty.duplicate_ratio is None
+    assert signals(["a", "b"], [None, None]).short
+    assert not signals(["a", "b", "c"], [None, None, None]).short
+
+
+def test_near_duplicates_are_counted_once_per_repeating_passage() -> None:
+    variant = TEXT.replace("today", "Today!")  # same words after normalisation
+    other = "a completely different passage about invoices and billing cycles"
+    assert count_near_duplicates([TEXT, variant, other, TEXT], 0.9) == 2
+    assert count_near_duplicates([TEXT, other], 0.9) == 0
+    s = signals([TEXT, variant, other], [None, None, None])
+    assert s.duplicates == 1
+    assert s.duplicate_ratio == pytest.approx(1 / 3)
+
+
+def test_partial_overlap_is_below_a_strict_threshold() -> None:
+    half = " ".join(TEXT.split()[:7]) + " and then something else entirely happens here"
+    similarity = jaccard(shingles(TEXT), shingles(half))
+    assert 0.1 < similarity < 0.9
+    assert count_near_duplicates([TEXT, half], 0.9) == 0
+    assert count_near_duplicates([TEXT, half], similarity) == 1
+
+
+def test_comparison_is_capped_and_cheap() -> None:
+    base = " ".join(f"w{j}" for j in range(300))
+    texts = [f"{base} tail{i}" for i in range(200)]
+    started = time.perf_counter()
+    s = compute_signals(texts, [None] * 200, 200, 3, 0.9, 20)
+    elapsed = time.perf_counter() - started
+    assert s.passages == 200
+    assert len(s.lengths) == 200
+    assert s.duplicates == 19  # all but the first of the 20 compared repeat the same words
+    assert elapsed < 0.5, elapsed
+
+
+def test_empty_or_repetitive_lists_look_bad_short_ones_do_not() -> None:
+    assert looks_bad(signals([], []))
+    assert looks_bad(signals([TEXT, TEXT], [None, None]))
+    assert not looks_bad(signals(["a b c", "d e f"], [1.0, 0.5]))
+    assert not looks_bad(signals([TEXT, TEXT, "x y z", "p q r"], [None] * 4))  # 1 of 4 repeats
+
+
+def test_ingest_exports_the_signals_of_every_event_sampled_or_not(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url, sample_rate=0.0)
+    plain = make_event("plain", n=3)  # scores 9, 8, 7
+    repeated = make_event("repeated", n=2)
+    repeated["passages"] = [{"text": TEXT, "score": 0.8}, {"text": TEXT.upper(), "score": 0.7}]
+    with TestClient(create_app(settings)) as client:
+        body = {"events": [plain, repeated]}
+        assert client.post("/v1/events/batch", json=body).status_code == 200
+        text = client.get("/metrics").text
+        assert client.get("/v1/events/plain").json()["status"] == "skipped"
+
+    def value(name: str, **labels: str) -> float:
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+    ns = "retrieval_monitor_signal_"
+    assert value(ns + "top_score_count") == 2
+    assert value(ns + "top_score_sum") == pytest.approx(9.0 + 0.8)
+    assert value(ns + "score_gap_sum") == pytest.approx(2.0 + 0.1)
+    assert value(ns + "top_score_bucket", le="1.0") == 1  # 0.8; 9.0 is above
+    assert value(ns + "duplicate_ratio_sum") == pytest.approx(0.5)
+    assert value(ns + "passage_length_characters_count") == 5
+    assert value(ns + "short_retrievals_total") == 1  # two passages, under the bound of 3
+    assert value(ns + "empty_retrievals_total") == 0
+
+
+def test_the_hot_path_modules_are_pure() -> None:
+    """Sampling and signals run on every request: no project import, no I/O."""
+    import ast
+
+    import service.sampling
+    import service.signals
+
+    for module in (service.sampling, service.signals):
+        source = Path(str(module.__file__)).read_text()
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                imported.add((node.module or "").split(".")[0])
+        allowed = {"__future__", "collections", "dataclasses", "hashlib", "re", "typing", "zlib"}
+        assert imported <= allowed, (module.__name__, imported - allowed)
+
+
+def test_a_retrieval_with_no_passage_is_refused_and_counted_as_empty(client: TestClient) -> None:
+    from tests.test_api_ingest import sample
+
+    body = {"app": "shop", "retriever": "r1", "query": "anything", "passages": []}
+    response = client.post("/v1/events", json=body)
+    assert response.status_code == 422
+    assert "at least one passage" in response.json()["detail"]
+    batch = client.post("/v1/events/batch", json={"events": [body, {**body, "app": "other"}]})
+    assert batch.json()["rejected"] == 2
+    name = "retrieval_monitor_signal_empty_retrievals_total"
+    assert sample(client, name, app="shop", retriever="r1") == 2
+    assert sample(client, name, app="other") == 1
+    assert sample(client, "retrieval_monitor_events_rejected_total", reason="empty_retrieval") == 3
