@@ -221,3 +221,71 @@ def test_redis_restarted_and_flushed_with_events_queued(
         assert metric_total(server.url, "retrieval_monitor_events_accepted_total") == 12
         assert metric_total(server.url, "retrieval_monitor_measure_precision_count") == 12
     print(f"recovered {recovered:.1f}s after the flush")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_saturation_answers_503_keeps_memory_bounded_and_loses_nothing(
+    tmp_path: Path,
+    sqlite_url: str,
+    redis_url: str,
+    fake_llm: FakeLLM,
+    worker_factory: WorkerFactory,
+) -> None:
+    upgrade(sqlite_url)
+    settings = make_settings(
+        tmp_path,
+        sqlite_url,
+        redis_url,
+        judge_base_url=fake_llm.base_url,
+        max_pending_events=300,
+        backpressure_refresh_seconds=0.2,
+    )
+    api = ApiProcess(settings, free_port(), tmp_path / "api.log").start()
+    assert api.process is not None
+    accepted: set[str] = set()
+    refused: list[tuple[int, str | None]] = []
+    rss: list[float] = [rss_mib(api.process.pid)]
+    try:
+        # No worker yet: the backlog fills until ingest refuses, and keeps refusing.
+        with httpx.Client(base_url=api.url, timeout=30) as http:
+            for batch in range(40):
+                events = [
+                    make_event(f"s{batch}-{i}", n=5, query=f"q {batch} {i}") for i in range(50)
+                ]
+                response = http.post("/v1/events/batch", json={"events": events})
+                if response.status_code == 200:
+                    body = response.json()
+                    accepted.update(
+                        r["event_id"] for r in body["results"] if r["status"] == "accepted"
+                    )
+                else:
+                    refused.append((response.status_code, response.headers.get("Retry-After")))
+                rss.append(rss_mib(api.process.pid))
+        assert refused, "the backlog bound never refused anything"
+        assert {status for status, _ in refused} == {503}
+        assert all(retry_after is not None and int(retry_after) >= 1 for _, retry_after in refused)
+        # Refused work is not held in memory: the API grows by little beyond its start-up size.
+        assert max(rss) - rss[0] < 150, f"API RSS grew from {rss[0]:.0f} to {max(rss):.0f} MiB"
+        # Once the load stops, everything accepted is judged.
+        worker_factory(settings, concurrency=2).start()
+        wait_for(
+            lambda: (
+                db_scalar(settings, "SELECT count(*) FROM events WHERE status='judged'")
+                == len(accepted)
+            ),
+            timeout=300,
+            interval=1.0,
+        )
+        assert db_scalar(settings, "SELECT count(*) FROM events") == len(accepted)
+    finally:
+        api.stop()
+    print(
+        f"accepted {len(accepted)}, refused {len(refused)} batches with 503, "
+        f"API RSS {rss[0]:.0f} -> {max(rss):.0f} MiB"
+    )
