@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from typing import Any
+
+from service.db import session_scope
+from service.migrate import upgrade
+from service.repository import insert_events, utcnow
+from service.runtime import Runtime
+from service.schemas import EventIn
+from service.settings import Settings
 
 
 def make_event(
@@ -29,3 +38,27 @@ def make_event(
         event["k"] = k
     event.update(extra)
     return event
+
+
+def store_event(
+    settings: Settings, event_id: str, query: str, texts: Sequence[str], k: int
+) -> tuple[Runtime, int]:
+    """Migrate, open the shared aggregates as the API does at start, and store one event directly;
+    the runtime and the event's primary key, for tests that judge it in-process."""
+    upgrade(settings.database_url)
+    runtime = Runtime(settings)
+    runtime.aggregates.start_epoch(time.time())
+    event = EventIn.model_validate(
+        {
+            "app": "shop",
+            "retriever": "bm25",
+            "query": query,
+            "k": k,
+            "passages": [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)],
+        }
+    )
+    with session_scope(runtime.engine) as session:
+        (inserted,) = insert_events(session, "default", [(event_id, event)], utcnow())
+        session.commit()
+    assert inserted.pk is not None
+    return runtime, inserted.pk

@@ -9,7 +9,6 @@ quality.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,14 +18,10 @@ import openai
 import pytest
 import redis
 
-from service.db import session_scope
-from service.migrate import upgrade
-from service.repository import insert_events, utcnow
-from service.runtime import Runtime
-from service.schemas import EventIn
 from service.settings import Settings
 from tests.conftest import make_settings
 from tests.fake_llm.fixture import FakeLLM
+from tests.helpers import store_event
 from workers import judging
 from workers.judge import make_judge
 from workers.judge.base import TransientJudgeError
@@ -246,24 +241,9 @@ def test_the_mode_in_use_is_exported_as_a_metric(
 ) -> None:
     labelled.set_fault("reject_json_schema")
     settings = judge_settings(tmp_path, redis_url, labelled)
-    upgrade(settings.database_url)
-    runtime = Runtime(settings)
-    runtime.aggregates.start_epoch(time.time())  # as the API does at start
-    event = EventIn.model_validate(
-        {
-            "app": "shop",
-            "retriever": "bm25",
-            "query": QUERY,
-            "k": 3,
-            "passages": [{"id": f"d{i}", "text": t} for i, t in enumerate(TEXTS)],
-        }
-    )
-    with session_scope(runtime.engine) as session:
-        (inserted,) = insert_events(session, "default", [("ev-mode", event)], utcnow())
-        session.commit()
-    assert inserted.pk is not None
+    runtime, pk = store_event(settings, "ev-mode", QUERY, TEXTS, k=3)
     judge = make_judge(settings, runtime.redis)
-    assert judging.judge_event(runtime, judge, inserted.pk) == "judged"
+    assert judging.judge_event(runtime, judge, pk) == "judged"
     values = runtime.aggregates.read()
     assert values[("judge_output_mode", ("fake-judge", "json_object_schema"), "")] == 1
     assert ("judge_output_mode", ("fake-judge", "json_schema"), "") not in values

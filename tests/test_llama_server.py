@@ -29,13 +29,9 @@ import pytest
 import redis
 from openai.types.chat.completion_create_params import ResponseFormat
 
-from service.db import session_scope
-from service.migrate import upgrade
-from service.repository import insert_events, utcnow
-from service.runtime import Runtime
-from service.schemas import EventIn
 from service.settings import Settings
 from tests.conftest import make_settings
+from tests.helpers import store_event
 from workers import judging
 from workers.judge import make_judge
 from workers.judge.llm import LlmJudge
@@ -222,25 +218,8 @@ def test_an_event_judged_by_the_llama_server_is_stored_and_exported(
     tmp_path: Path, redis_url: str, llama_url: str
 ) -> None:
     settings = llama_settings(tmp_path, redis_url, llama_url)
-    upgrade(settings.database_url)
-    runtime = Runtime(settings)
-    runtime.aggregates.start_epoch(time.time())  # as the API does at start
-    event = EventIn.model_validate(
-        {
-            "app": "shop",
-            "retriever": "bm25",
-            "query": QUERY,
-            "k": 2,
-            "passages": [{"id": f"d{i}", "text": t} for i, t in enumerate(TEXTS)],
-        }
-    )
-    with session_scope(runtime.engine) as session:
-        (inserted,) = insert_events(session, "default", [("ev-llama", event)], utcnow())
-        session.commit()
-    assert inserted.pk is not None
-    assert (
-        judging.judge_event(runtime, make_judge(settings, runtime.redis), inserted.pk) == "judged"
-    )
+    runtime, pk = store_event(settings, "ev-llama", QUERY, TEXTS, k=2)
+    assert judging.judge_event(runtime, make_judge(settings, runtime.redis), pk) == "judged"
     values = runtime.aggregates.read()
     judge_label = (MODEL_ALIAS,)
     assert values[("judge_output_mode", (MODEL_ALIAS, "json_object_schema"), "")] == 1
