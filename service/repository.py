@@ -342,16 +342,43 @@ class JudgingResult:
     threshold: int
 
 
+@dataclass(frozen=True)
+class StoredScore:
+    """An event's score under one judge and prompt version, with the run that produced it."""
+
+    score: Score
+    run: JudgeRun | None
+
+
+def stored_score(session: Session, event_pk: int, who: JudgeIdentity) -> StoredScore:
+    score = session.execute(
+        select(Score).where(
+            col(Score.event_pk) == event_pk,
+            col(Score.judge) == who.judge,
+            col(Score.prompt_version) == who.prompt_version,
+        )
+    ).scalar_one()
+    run = session.execute(
+        select(JudgeRun).where(
+            col(JudgeRun.event_pk) == event_pk,
+            col(JudgeRun.judge) == who.judge,
+            col(JudgeRun.prompt_version) == who.prompt_version,
+        )
+    ).scalar_one_or_none()
+    return StoredScore(score, run)
+
+
 def store_judging(
     session: Session, event: EventForJudging, who: JudgeIdentity, result: JudgingResult
-) -> bool:
+) -> StoredScore | None:
     """Write judgments, the run, new cache entries and the score, and mark the event judged.
 
-    One transaction; False when the score already existed (a redelivered task), in which case
-    nothing is written.
+    One transaction (the caller commits); None when the score already existed (a redelivered
+    task), in which case nothing is written. What it wrote comes back, so exporting it needs no
+    second read.
     """
     if score_exists(session, event.pk, who):
-        return False
+        return None
     now = utcnow()
     session.execute(
         table(Judgment).insert(),
@@ -372,22 +399,21 @@ def store_judging(
             )
         ],
     )
-    session.add(
-        JudgeRun(
-            event_pk=event.pk,
-            judge=who.judge,
-            model=who.model,
-            prompt_version=who.prompt_version,
-            context_rating=result.context_rating,
-            calls=result.calls,
-            prompt_tokens=result.prompt_tokens,
-            completion_tokens=result.completion_tokens,
-            cache_hits=sum(result.from_cache),
-            missing_labels=sum(g is None for g in result.grades),
-            malformed_replies=result.malformed_replies,
-            created_at=now,
-        )
+    run = JudgeRun(
+        event_pk=event.pk,
+        judge=who.judge,
+        model=who.model,
+        prompt_version=who.prompt_version,
+        context_rating=result.context_rating,
+        calls=result.calls,
+        prompt_tokens=result.prompt_tokens,
+        completion_tokens=result.completion_tokens,
+        cache_hits=sum(result.from_cache),
+        missing_labels=sum(g is None for g in result.grades),
+        malformed_replies=result.malformed_replies,
+        created_at=now,
     )
+    session.add(run)
     _insert_ignore(
         session,
         LabelCache,
@@ -408,25 +434,24 @@ def store_judging(
         name: value for name, value in result.measures.items() if name in Score.model_fields
     }
     measure_columns.pop("alpha", None)
-    session.add(
-        Score.model_validate(
-            {
-                "event_pk": event.pk,
-                "judge": who.judge,
-                "prompt_version": who.prompt_version,
-                "alpha": result.alpha,
-                "np_window": result.np_window,
-                "created_at": now,
-                **measure_columns,
-            }
-        )
+    score = Score.model_validate(
+        {
+            "event_pk": event.pk,
+            "judge": who.judge,
+            "prompt_version": who.prompt_version,
+            "alpha": result.alpha,
+            "np_window": result.np_window,
+            "created_at": now,
+            **measure_columns,
+        }
     )
+    session.add(score)
     session.execute(
         update(Event)
         .where(col(Event.id) == event.pk)
         .values(status=EventStatus.JUDGED.value, judged_at=now, failure_reason=None)
     )
-    return True
+    return StoredScore(score, run)
 
 
 def erase_passage_texts(session: Session, event_pk: int) -> None:

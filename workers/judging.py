@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from service import repository
 from service.aggregates import Delta
 from service.budget import reserve_call, settle_call
 from service.db import session_scope
 from service.measures import EventLabels, compute_measures
-from service.models import EventStatus, JudgeRun, Score
+from service.models import EventStatus
 from service.ratelimit import TokenBucket
 from service.repository import EventForJudging, JudgeIdentity
 from service.runtime import Runtime
@@ -162,6 +162,7 @@ def judge_event(runtime: Runtime, judge: Judge, event_pk: int, force: bool = Fal
         threshold=settings.relevance_threshold,
     )
     with session_scope(runtime.engine) as session:
+        stored: repository.StoredScore | None
         try:
             stored = repository.store_judging(session, event, who, result)
             if stored and settings.passage_text_storage == "hash_after_judging":
@@ -170,11 +171,11 @@ def judge_event(runtime: Runtime, judge: Judge, event_pk: int, force: bool = Fal
         except IntegrityError:
             # The same event judged by a concurrent delivery of the task: theirs stands.
             session.rollback()
-            stored = False
+            stored = None
         if latency is not None and stored:
             _observe_latency(runtime, who, latency)
             _count_output_modes(runtime, who, output_modes)
-        export(runtime, session, event, who)
+        export(runtime, session, event, who, stored)
     return "judged" if stored else "already_judged"
 
 
@@ -201,22 +202,20 @@ def _count_output_modes(runtime: Runtime, who: JudgeIdentity, modes: dict[str, i
     runtime.aggregates.add(delta)
 
 
-def export(runtime: Runtime, session: Session, event: EventForJudging, who: JudgeIdentity) -> bool:
-    """Add this event's score and judging cost to the shared aggregates, once."""
-    score = session.exec(
-        select(Score).where(
-            Score.event_pk == event.pk,
-            Score.judge == who.judge,
-            Score.prompt_version == who.prompt_version,
-        )
-    ).one()
-    run = session.exec(
-        select(JudgeRun).where(
-            JudgeRun.event_pk == event.pk,
-            JudgeRun.judge == who.judge,
-            JudgeRun.prompt_version == who.prompt_version,
-        )
-    ).one_or_none()
+def export(
+    runtime: Runtime,
+    session: Session,
+    event: EventForJudging,
+    who: JudgeIdentity,
+    stored: repository.StoredScore | None = None,
+) -> bool:
+    """Add this event's score and judging cost to the shared aggregates, once.
+
+    ``stored`` is what this delivery just wrote; a redelivery reads it back instead.
+    """
+    if stored is None:
+        stored = repository.stored_score(session, event.pk, who)
+    score, run = stored.score, stored.run
     delta = score_delta(
         ExportLabels(
             app=event.app,
