@@ -3,7 +3,8 @@
 Every process (API replicas, worker processes) adds to the same hash, so every scrape of any
 replica sees the same global totals. A field is the JSON ``[family, [label values], part]``, where
 part is ``""`` for a counter, ``"b<i>"`` for the i-th histogram bucket (not cumulative; the
-collector accumulates), ``"sum"`` and ``"count"``.
+exporter accumulates; ``b<n>`` past the last bound only shows in the count), ``"sum"`` and
+``"count"``.
 
 Redis may lose this hash (restart without persistence, FLUSHALL): the database keeps every score,
 and ``rebuild`` recomputes the judged-side aggregates from it.
@@ -16,6 +17,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from redis import Redis
 
@@ -50,6 +52,59 @@ if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
 end
 return 0
 """
+
+
+# Every family's series, each as one list of values: a counter's [total]; a histogram's
+# [b0, ..., b(n-1), count, sum] with its n finite bounds (buckets not cumulative).
+Series = dict[str, dict[tuple[str, ...], list[float]]]
+COUNT: Final = -2  # a histogram's count and sum, from the end of its list
+SUM: Final = -1
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class _SeriesKey:
+    """One series; compared by identity, so grouping a scrape's fields hashes no label tuple."""
+
+    family: str
+    labels: tuple[str, ...]
+    width: int  # how many values the series holds (see ``Series``)
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """Where one hash field's value goes in ``Series``."""
+
+    series: _SeriesKey
+    index: int
+
+
+def _parse(key: bytes | str) -> tuple[str, tuple[str, ...], int, int] | None:
+    """(family, labels, index, width) of a field, or None for a field the exporter leaves out:
+    an unknown family (written by another version of the service), labels that do not fit the
+    family, or a part that is not exported."""
+    try:
+        family_name, labels, part = json.loads(key)
+    except ValueError:
+        return None
+    family = FAMILIES.get(family_name) if isinstance(family_name, str) else None
+    if (
+        family is None
+        or not isinstance(labels, list)
+        or len(labels) != len(family.labels)
+        or not all(isinstance(value, str) for value in labels)
+    ):
+        return None
+    if family.kind == "counter":
+        return (family_name, tuple(labels), 0, 1) if part == "" else None
+    if family.kind != "histogram":
+        return None
+    width = len(family.buckets) + 2
+    parts = {f"b{i}": i for i in range(len(family.buckets))} | {
+        "count": width - 2,
+        "sum": width - 1,
+    }
+    index = parts.get(part) if isinstance(part, str) else None
+    return None if index is None else (family_name, tuple(labels), index, width)
 
 
 def _field(family: str, labels: Iterable[str], part: str = "") -> str:
@@ -87,6 +142,10 @@ class Aggregates:
         self.redis = redis
         self._add_once = redis.register_script(_ADD_ONCE)
         self._add_in_epoch = redis.register_script(_ADD_IN_EPOCH)
+        # Parsed hash fields by their raw bytes: a scrape reads every field, and the set of fields
+        # changes only when a new label set appears, so each is parsed about once.
+        self._slots: dict[bytes | str, _Slot | None] = {}
+        self._series_keys: dict[tuple[str, tuple[str, ...]], _SeriesKey] = {}
 
     def add(self, delta: Delta) -> bool:
         """Apply ``delta`` if the aggregates are complete; False when a rebuild is due instead."""
@@ -128,6 +187,44 @@ class Aggregates:
             family, labels, part = json.loads(key)
             out[(family, tuple(labels), part)] = float(value)
         return out
+
+    def read_series(self) -> Series:
+        """Every exported series (see ``Series``), from one HGETALL."""
+        raw: dict[bytes | str, bytes | str] = self.redis.hgetall(HASH_KEY)
+        slots = self._slots
+        by_series: dict[_SeriesKey, list[float]] = {}
+        for key, value in raw.items():
+            try:
+                slot = slots[key]
+            except KeyError:
+                slot = slots[key] = self._slot(key)
+            if slot is None:
+                continue
+            values = by_series.get(slot.series)
+            if values is None:
+                values = by_series[slot.series] = [0.0] * slot.series.width
+            values[slot.index] = float(value)
+        if len(slots) > 2 * len(raw) + 1000:
+            # Fields that left the hash (a cleared or rebuilt aggregate) would otherwise stay.
+            self._slots = {key: slots[key] for key in raw if key in slots}
+            self._series_keys = {(s.family, s.labels): s for s in by_series}
+        out: Series = {}
+        for series, values in by_series.items():
+            family = out.get(series.family)
+            if family is None:
+                family = out[series.family] = {}
+            family[series.labels] = values
+        return out
+
+    def _slot(self, key: bytes | str) -> _Slot | None:
+        parsed = _parse(key)
+        if parsed is None:
+            return None
+        family, labels, index, width = parsed
+        series = self._series_keys.get((family, labels))
+        if series is None:
+            series = self._series_keys[(family, labels)] = _SeriesKey(family, labels, width)
+        return _Slot(series, index)
 
     def clear(self) -> None:
         """Forget every aggregate (before a rebuild)."""

@@ -1,21 +1,27 @@
-"""``/metrics``: a Prometheus collector that reads the shared aggregates at scrape time."""
+"""``/metrics``: the page Prometheus scrapes, from the shared aggregates read at scrape time.
+
+The shared families (every family of ``service.metrics.FAMILIES``) and the pipeline gauges are
+written as exposition text directly (``service.exposition``): they are nearly all of a scrape's
+samples. The families computed elsewhere (``extra``: the judge's agreement with gold labels, the
+budgets left) are few and stay prometheus_client objects, formatted by ``generate_latest`` and
+appended; their names are not among the shared ones, so no family appears twice.
+
+The page is the Prometheus text format only; OpenMetrics is not offered (the histograms' negative
+bucket bounds, below, are not allowed in it).
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-)
+from prometheus_client import generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from service.aggregates import Aggregates
-from service.metrics import EVENTS_PENDING, FAMILIES, OLDEST_PENDING_AGE, QUEUE_DEPTH, Family
+from service.aggregates import COUNT, SUM, Aggregates
+from service.exposition import HistogramLayout, header, write_samples
+from service.metrics import EVENTS_PENDING, FAMILIES, OLDEST_PENDING_AGE, QUEUE_DEPTH
 
 
 @dataclass(frozen=True)
@@ -25,7 +31,17 @@ class PipelineState:
     oldest_pending_age_seconds: float
 
 
-class SharedCollector(Collector):
+class _Families(Collector):
+    """Hands already built families to ``generate_latest``, which only needs ``collect``."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
+
+
+class MetricsPage:
     def __init__(
         self,
         aggregates: Aggregates,
@@ -38,67 +54,57 @@ class SharedCollector(Collector):
         self.before_scrape = before_scrape
         # Families computed elsewhere at scrape time (the judge's agreement with gold labels).
         self.extra = extra
+        # Histograms are built by hand rather than with prometheus_client's, which drops _sum and
+        # _count when a bucket bound is negative (an OpenMetrics rule); T and T_u go negative,
+        # and their rolling means need rate(_sum) / rate(_count) like every other measure.
+        self._histograms = {
+            name: HistogramLayout.of(family.full_name, family.labels, family.buckets)
+            for name, family in FAMILIES.items()
+            if family.kind == "histogram"
+        }
+        self._headers = {
+            name: header(
+                f"{family.full_name}_total" if family.kind == "counter" else family.full_name,
+                family.help,
+                family.kind,
+            )
+            for name, family in FAMILIES.items()
+        }
 
-    def collect(self) -> Iterator[Metric]:
+    def render(self) -> bytes:
+        """The whole page, in the Prometheus text format (``service.exposition.CONTENT_TYPE``)."""
         self.before_scrape()
-        values = self.aggregates.read()
-        by_family: dict[str, dict[tuple[str, ...], dict[str, float]]] = defaultdict(
-            lambda: defaultdict(dict)
-        )
-        for (name, labels, part), value in values.items():
-            by_family[name][labels][part] = value
-
-        for family_name, family in FAMILIES.items():
-            series = by_family.get(family_name, {})
+        series = self.aggregates.read_series()
+        out: list[str] = []
+        formatted: dict[float, str] = {}
+        for name, family in FAMILIES.items():
+            by_labels = sorted(series.get(name, {}).items())
             if family.kind == "counter":
-                counter = CounterMetricFamily(family.full_name, family.help, labels=family.labels)
-                for labels, parts in sorted(series.items()):
-                    counter.add_metric(list(labels), parts.get("", 0.0))
-                yield counter
+                out.append(self._headers[name])
+                write_samples(
+                    out,
+                    f"{family.full_name}_total",
+                    family.labels,
+                    ((labels, values[0]) for labels, values in by_labels),
+                )
             elif family.kind == "histogram":
-                yield _histogram(family, series)
+                out.append(self._headers[name])
+                layout = self._histograms[name]
+                for labels, values in by_labels:
+                    layout.write(out, labels, values[:COUNT], values[COUNT], values[SUM], formatted)
 
         state = self.pipeline_state()
-        depth = GaugeMetricFamily(QUEUE_DEPTH.full_name, QUEUE_DEPTH.help, labels=["queue"])
-        for queue, count in state.queue_depth.items():
-            depth.add_metric([queue], count)
-        yield depth
-        yield GaugeMetricFamily(
-            EVENTS_PENDING.full_name, EVENTS_PENDING.help, value=state.pending_events
+        out.append(header(QUEUE_DEPTH.full_name, QUEUE_DEPTH.help, "gauge"))
+        write_samples(
+            out,
+            QUEUE_DEPTH.full_name,
+            QUEUE_DEPTH.labels,
+            (((queue,), count) for queue, count in state.queue_depth.items()),
         )
-        yield GaugeMetricFamily(
-            OLDEST_PENDING_AGE.full_name,
-            OLDEST_PENDING_AGE.help,
-            value=state.oldest_pending_age_seconds,
-        )
-        yield from self.extra()
-
-
-def _histogram(family: Family, series: dict[tuple[str, ...], dict[str, float]]) -> Metric:
-    # Built by hand rather than with HistogramMetricFamily, which drops _sum and _count when a
-    # bucket bound is negative (an OpenMetrics rule); T and T_u go negative, and their rolling
-    # means need rate(_sum) / rate(_count) like every other measure.
-    metric = Metric(family.full_name, family.help, "histogram")
-    for labels, parts in sorted(series.items()):
-        base = dict(zip(family.labels, labels, strict=True))
-        cumulative = 0.0
-        for index, bound in enumerate(family.buckets):
-            cumulative += parts.get(f"b{index}", 0.0)
-            metric.add_sample(
-                f"{family.full_name}_bucket", {**base, "le": _bound(bound)}, cumulative
-            )
-        count = parts.get("count", 0.0)
-        metric.add_sample(f"{family.full_name}_bucket", {**base, "le": "+Inf"}, count)
-        metric.add_sample(f"{family.full_name}_count", base, count)
-        metric.add_sample(f"{family.full_name}_sum", base, parts.get("sum", 0.0))
-    return metric
-
-
-def _bound(bound: float) -> str:
-    return repr(float(bound))
-
-
-def build_registry(collector: SharedCollector) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    return registry
+        for gauge, value in (
+            (EVENTS_PENDING, state.pending_events),
+            (OLDEST_PENDING_AGE, state.oldest_pending_age_seconds),
+        ):
+            out.append(header(gauge.full_name, gauge.help, "gauge"))
+            write_samples(out, gauge.full_name, (), [((), value)])
+        return "".join(out).encode() + generate_latest(_Families(self.extra()))

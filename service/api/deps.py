@@ -6,13 +6,12 @@ from dataclasses import dataclass
 from itertools import chain
 
 from fastapi import Request
-from prometheus_client import CollectorRegistry
 
 from service.analysis.gauges import CachedCalibrationGauges
 from service.auth import KeyStore
 from service.budget import BudgetGauges
 from service.db import session_scope
-from service.exporter import PipelineState, SharedCollector, build_registry
+from service.exporter import MetricsPage, PipelineState
 from service.ingest import Ingestor
 from service.queue import TaskSender, urgent_queue
 from service.rebuild import ensure_aggregates_in_background
@@ -24,7 +23,7 @@ from service.runtime import Runtime
 class AppState:
     runtime: Runtime
     ingestor: Ingestor
-    registry: CollectorRegistry
+    metrics_page: MetricsPage
     keys: KeyStore
 
     @classmethod
@@ -52,18 +51,16 @@ class AppState:
 
         calibration = CachedCalibrationGauges(runtime.engine)
         budgets = BudgetGauges(runtime.redis, runtime.settings)
-        registry = build_registry(
-            SharedCollector(
-                runtime.aggregates,
-                pipeline_state,
-                before_scrape,
-                extra=lambda: chain(calibration(), budgets()),
-            )
+        metrics_page = MetricsPage(
+            runtime.aggregates,
+            pipeline_state,
+            before_scrape,
+            extra=lambda: chain(calibration(), budgets()),
         )
         return cls(
             runtime=runtime,
             ingestor=Ingestor(runtime, sender),
-            registry=registry,
+            metrics_page=metrics_page,
             keys=KeyStore(runtime.engine),
         )
 

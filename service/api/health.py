@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from service.api.auth import operations_access
 from service.api.events import State
 from service.db import session_scope
+from service.exposition import CONTENT_TYPE
 
 router = APIRouter(tags=["operations"])
 
@@ -43,4 +43,4 @@ def readyz(response: Response, state: State) -> dict[str, str]:
 @router.get("/metrics", response_class=Response, dependencies=[Depends(operations_access)])
 def metrics(state: State) -> Response:
     """Prometheus text exposition of every series (global totals, the same on every replica)."""
-    return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(state.metrics_page.render(), media_type=CONTENT_TYPE)
