@@ -107,4 +107,5 @@ class MetricsPage:
         ):
             out.append(header(gauge.full_name, gauge.help, "gauge"))
             write_samples(out, gauge.full_name, (), [((), value)])
-        return "".join(out).encode() + generate_latest(_Families(self.extra()))
+        out.append(generate_latest(_Families(self.extra())).decode())
+        return "".join(out).encode()

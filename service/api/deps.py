@@ -39,8 +39,13 @@ class AppState:
                 else 0.0
             )
             queues = (runtime.settings.queue_name, urgent_queue(runtime.settings.queue_name))
+            # One round trip for both queues: every round trip of a scrape adds to its time.
+            with runtime.redis.pipeline(transaction=False) as pipe:
+                for queue in queues:
+                    pipe.llen(queue)
+                depths = pipe.execute()
             return PipelineState(
-                queue_depth={queue: int(runtime.redis.llen(queue)) for queue in queues},
+                queue_depth={queue: int(d) for queue, d in zip(queues, depths, strict=True)},
                 pending_events=pending.count,
                 oldest_pending_age_seconds=max(age, 0.0),
             )
