@@ -6,8 +6,8 @@ samples. The families computed elsewhere (``extra``: the judge's agreement with 
 budgets left) are few and stay prometheus_client objects, formatted by ``generate_latest`` and
 appended; their names are not among the shared ones, so no family appears twice.
 
-The page is the Prometheus text format only; OpenMetrics is not offered (the histograms' negative
-bucket bounds, below, are not allowed in it).
+The page is the Prometheus text format only, whatever the ``Accept`` header; OpenMetrics is not
+offered (it forbids the _sum of a histogram with negative bounds, which T and T_u have).
 """
 
 from __future__ import annotations
