@@ -174,11 +174,13 @@ def measure(args: argparse.Namespace) -> list[Figure]:
         url = f"http://127.0.0.1:{port}"
         bare = [sys.executable, "-m", "tests.benchmarks.bare_app", str(port)]
         with running(bare, service_env("sqlite://", "unused"), url, "/readyz"):
-            run_wrk(url, body, 1, args.connections, "warm")
+            if not args.batch_only:
+                run_wrk(url, body, 1, args.connections, "warm")
             for r in range(args.repeat):
-                single["bare"].append(
-                    saturate(url, None, body, args.seconds, args.connections, f"bare{r}")[0]
-                )
+                if not args.batch_only:
+                    single["bare"].append(
+                        saturate(url, None, body, args.seconds, args.connections, f"bare{r}")[0]
+                    )
                 batch["bare"].append(100 * len(bodies) / post_batches(url, bodies))
 
         for kind in stores:
@@ -189,15 +191,18 @@ def measure(args: argparse.Namespace) -> list[Figure]:
                 env = service_env(database_url, f"bench-{uuid.uuid4().hex[:6]}")
                 with running(api_command(port), env, url, "/readyz") as pid:
                     idle = rss_mib(pid)
-                    run_wrk(url, body, 1, args.connections, f"{kind}-warm")
-                    for r in range(args.repeat):
+                    if args.batch_only:
+                        post_batches(url, batch_bodies(2, f"{kind}-warm"))
+                    else:
+                        run_wrk(url, body, 1, args.connections, f"{kind}-warm")
+                    for r in range(args.repeat if not args.batch_only else 0):
                         rate, _ = saturate(
                             url, database_url, body, args.seconds, args.connections, f"{kind}{r}"
                         )
                         single[kind].append(rate)
                     saturated = rss_mib(pid)
-                    half = max(1.0, sum(single[kind]) / len(single[kind]) / 2)
-                    for r in range(args.repeat):
+                    half = max(1.0, sum(single[kind]) / max(1, len(single[kind])) / 2)
+                    for r in range(args.repeat if not args.batch_only else 0):
                         before = count_events(database_url)
                         paced = run_wrk(
                             url,
@@ -215,7 +220,7 @@ def measure(args: argparse.Namespace) -> list[Figure]:
                         before = count_events(database_url)
                         seconds = post_batches(url, tagged)
                         batch[kind].append((count_events(database_url) - before) / seconds)
-                    if kind == "sqlite":
+                    if kind == "sqlite" and not args.batch_only:
                         memory.update(fill(url, database_url, args.memory_events))
                         memory["idle"] = idle
                         memory["saturated"] = saturated
@@ -223,7 +228,7 @@ def measure(args: argparse.Namespace) -> list[Figure]:
                         memory["events"] = count_events(database_url)
 
     figures: list[Figure] = []
-    for kind in stores:
+    for kind in stores if not args.batch_only else []:
         figures.append(
             median_figure(
                 1,
@@ -302,6 +307,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--memory-events", type=int, default=100_000)
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument(
+        "--batch-only",
+        action="store_true",
+        help="only the batch figure (2): no wrk runs, no memory figure",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
