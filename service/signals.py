@@ -102,7 +102,10 @@ def count_near_duplicates(texts: Sequence[str], threshold: float) -> int:
         if not candidate:
             continue
         current = shingle_set(i)
+        mine = set(prefix)
         for j in range(i):
+            if mine and prefixes[j] and mine.isdisjoint(prefixes[j]):
+                continue  # the same argument, pair by pair: B cannot be a near-duplicate of A
             earlier = shingle_set(j)
             # Jaccard is at most min/max of the sizes: most pairs are ruled out without a set
             # operation.

@@ -185,8 +185,9 @@ def test_a_sampled_event_with_repeating_passages_is_judged_first(
     assert rows == {"plain": ("pending", 0), "looped": ("pending", 1)}
 
 
-def test_a_batch_costs_three_statements(database_url: str) -> None:
-    """The lookup, one multi-row INSERT of the events, one bulk write of the passages."""
+def test_a_batch_costs_a_fixed_number_of_statements(database_url: str) -> None:
+    """The lookup, the events in one statement (keys taken from the sequence first on
+    PostgreSQL), the passages in one bulk write."""
     from sqlalchemy import event as sa_event
 
     engine = make_engine(database_url)
@@ -204,4 +205,7 @@ def test_a_batch_costs_three_statements(database_url: str) -> None:
         session.commit()
     engine.dispose()
     # The passages go to the driver directly and do not pass this hook.
-    assert statements == ["SELECT", "INSERT"]
+    if database_url.startswith("postgresql"):
+        assert statements == ["SELECT", "SELECT", "INSERT"]
+    else:
+        assert statements == ["SELECT", "INSERT"]
