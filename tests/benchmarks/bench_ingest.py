@@ -48,15 +48,20 @@ PASSAGES = synthetic_passages(200, 150)
 WRK_SCRIPT = Path(__file__).with_name("wrk_events.lua")
 
 
-def event(i: int, run: str, k: int = 10) -> dict[str, Any]:
+def event(i: int, run: str, k: int = 10, unique: bool = False) -> dict[str, Any]:
     start = (i * 7) % (len(PASSAGES) - k)
+    # Passages come from a pool of 200 texts, as a corpus's popular chunks recur; ``unique``
+    # makes every passage text new (a first word of its own), so no per-text cache can help.
+    texts = [
+        f"{run}x{i}x{j} {PASSAGES[start + j]}" if unique else PASSAGES[start + j] for j in range(k)
+    ]
     return {
         "event_id": f"{run}-{i}",
         "app": "bench",
         "retriever": "r1",
         # The run in the query keeps (query, passage) pairs new across runs: no label cache hits.
         "query": f"question {run} number {i} about retrieval quality",
-        "passages": [{"id": f"p{j}", "text": PASSAGES[start + j]} for j in range(k)],
+        "passages": [{"id": f"p{j}", "text": text} for j, text in enumerate(texts)],
         "k": k,
     }
 
@@ -150,9 +155,9 @@ def post_batches(url: str, bodies: list[bytes], threads: int = 2) -> float:
     return time.monotonic() - started
 
 
-def batch_bodies(count: int, run: str) -> list[bytes]:
+def batch_bodies(count: int, run: str, unique: bool = False) -> list[bytes]:
     return [
-        orjson.dumps({"events": [event(b * 100 + i, run) for i in range(100)]})
+        orjson.dumps({"events": [event(b * 100 + i, run, unique=unique) for i in range(100)]})
         for b in range(count)
     ]
 
@@ -168,7 +173,7 @@ def measure(args: argparse.Namespace) -> list[Figure]:
         tmp = Path(tmp_name)
         body = tmp / "event.json"
         body.write_bytes(orjson.dumps(event(0, "x") | {"event_id": "__EVENT_ID__"}))
-        bodies = batch_bodies(args.batches, "b")
+        bodies = batch_bodies(args.batches, "b", args.unique_passages)
 
         port = free_port()
         url = f"http://127.0.0.1:{port}"
@@ -216,7 +221,7 @@ def measure(args: argparse.Namespace) -> list[Figure]:
                         paced_rate[kind].append(stored / (paced["duration_us"] / 1e6))
                         p99[kind].append(paced["p99_us"] / 1000)
                     for r in range(args.repeat):
-                        tagged = batch_bodies(args.batches, f"{kind}b{r}")
+                        tagged = batch_bodies(args.batches, f"{kind}b{r}", args.unique_passages)
                         before = count_events(database_url)
                         seconds = post_batches(url, tagged)
                         batch[kind].append((count_events(database_url) - before) / seconds)
@@ -254,7 +259,8 @@ def measure(args: argparse.Namespace) -> list[Figure]:
         figures.append(
             median_figure(
                 2,
-                f"POST /v1/events/batch x100 ({kind}), events stored/s",
+                f"POST /v1/events/batch x100 ({kind}), events stored/s"
+                + (", every passage new" if args.unique_passages else ""),
                 batch[kind],
                 "ev/s",
                 "bare batch endpoint",
@@ -311,6 +317,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--batch-only",
         action="store_true",
         help="only the batch figure (2): no wrk runs, no memory figure",
+    )
+    parser.add_argument(
+        "--unique-passages",
+        action="store_true",
+        help="batches whose every passage text is new (default: drawn from 200 texts)",
     )
 
 
