@@ -13,9 +13,10 @@ and ``rebuild`` recomputes the judged-side aggregates from it.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -107,8 +108,11 @@ def _parse(key: bytes | str) -> tuple[str, tuple[str, ...], int, int] | None:
     return None if index is None else (family_name, tuple(labels), index, width)
 
 
-def _field(family: str, labels: Iterable[str], part: str = "") -> str:
-    return json.dumps([family, list(labels), part], separators=(",", ":"))
+# Label sets are bounded (they are metric labels), and the same few fields are written over and
+# over: encoding each once saves a json.dumps per increment on the ingest path.
+@functools.lru_cache(maxsize=16384)
+def _field(family: str, labels: tuple[str, ...], part: str = "") -> str:
+    return json.dumps([family, labels, part], separators=(",", ":"))
 
 
 @dataclass
@@ -129,12 +133,27 @@ class Delta:
         self.values[_field(family, values, "sum")] += value
         self.values[_field(family, values, "count")] += 1
 
+    def observe_many(
+        self, family: str, labels: Mapping[str, str], observed: Sequence[float]
+    ) -> None:
+        """Observe every value with the same labels: one bucket count per bucket hit."""
+        if not observed:
+            return
+        fam = FAMILIES[family]
+        values = _label_values(fam, labels)
+        buckets = fam.buckets
+        # le semantics: a value equal to a bound goes into that bound's bucket.
+        for index, hits in Counter(bisect.bisect_left(buckets, v) for v in observed).items():
+            self.values[_field(family, values, f"b{index}")] += hits
+        self.values[_field(family, values, "sum")] += sum(observed)
+        self.values[_field(family, values, "count")] += len(observed)
+
     def __bool__(self) -> bool:
         return bool(self.values)
 
 
-def _label_values(family: Family, labels: Mapping[str, str]) -> list[str]:
-    return [labels.get(name, "") or "" for name in family.labels]
+def _label_values(family: Family, labels: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(labels.get(name, "") or "" for name in family.labels)
 
 
 class Aggregates:

@@ -16,12 +16,12 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session
 
-from service import repository, spend_repository
+from service import repository
 from service.aggregates import Delta
 from service.backpressure import Backpressure
 from service.db import session_scope
+from service.ingest_counts import IngestCounts
 from service.queue import TaskSender, urgent_queue
 from service.ratelimit import TokenBucket
 from service.redaction import Redactor
@@ -129,32 +129,16 @@ class Triage:
         urgent = sample.judge and (is_gold or looks_bad(signals))
         return cls(sample.judge, sample.reason, urgent, signals)
 
-    def count(self, delta: Delta, labels: dict[str, str]) -> None:
-        if self.judge:
-            delta.inc("events_sampled", {**labels, "reason": self.reason})
-        else:
-            delta.inc("events_skipped", {**labels, "reason": self.reason})
-        s = self.signals
-        if s.empty:
-            delta.inc("signal_empty_retrievals", labels)
-        if s.short:
-            delta.inc("signal_short_retrievals", labels)
-        if s.top_score is not None:
-            delta.observe("signal_top_score", labels, s.top_score)
-        if s.score_gap is not None:
-            delta.observe("signal_score_gap", labels, s.score_gap)
-        if s.duplicate_ratio is not None:
-            delta.observe("signal_duplicate_ratio", labels, s.duplicate_ratio)
-        for length in s.lengths:
-            delta.observe("signal_passage_length_characters", labels, length)
 
-
-def _apply_triage(
-    session: Session, stored: Sequence[repository.InsertResult], triage: dict[str, Triage]
-) -> None:
-    accepted = [(r.pk, triage[r.event_id]) for r in stored if r.outcome == "accepted" and r.pk]
-    spend_repository.skip_new(session, [pk for pk, t in accepted if not t.judge], "unsampled")
-    spend_repository.mark_priority(session, [pk for pk, t in accepted if t.urgent])
+def _initial_states(triage: dict[str, Triage]) -> dict[str, repository.InitialState]:
+    """Unsampled events are stored skipped and urgent ones with priority, in the INSERT itself."""
+    return {
+        event_id: repository.InitialState(
+            skip_reason=None if chosen.judge else "unsampled", priority=int(chosen.urgent)
+        )
+        for event_id, chosen in triage.items()
+        if chosen.urgent or not chosen.judge
+    }
 
 
 @dataclass(frozen=True)
@@ -211,43 +195,43 @@ class Ingestor:
         """Commit the valid events, then count and enqueue; results in the order given."""
         settings = self.runtime.settings
         named = [(event.event_id or new_event_id(), event) for event in events]
-        triage = {event_id: Triage.of(event_id, event, settings) for event_id, event in named}
+        triage: dict[str, Triage] = {}
+        for event_id, event in named:
+            # An id repeated in the batch is stored once, as its first occurrence.
+            if event_id not in triage:
+                triage[event_id] = Triage.of(event_id, event, settings)
+        initial = _initial_states(triage)
         with session_scope(self.runtime.engine) as session:
             try:
                 started = time.perf_counter()
-                stored = repository.insert_events(session, tenant, named, repository.utcnow())
-                _apply_triage(session, stored, triage)
+                stored = repository.insert_events(
+                    session, tenant, named, repository.utcnow(), initial
+                )
                 session.commit()
                 self.backpressure.record_commit(time.perf_counter() - started)
             except IntegrityError:
                 # Another request inserted one of these ids between our check and our insert.
                 session.rollback()
                 stored = repository.insert_events_one_by_one(
-                    session, tenant, named, repository.utcnow()
+                    session, tenant, named, repository.utcnow(), initial
                 )
-                _apply_triage(session, stored, triage)
-                session.commit()
 
         delta = Delta()
+        counts = IngestCounts()
         results: list[IngestResult] = []
         new_pks: list[int] = []
         urgent_pks: list[int] = []
         for (event_id, event), outcome in zip(named, stored, strict=True):
-            labels = {
-                "app": event.app,
-                "retriever": event.retriever,
-                "environment": event.environment or "",
-            }
+            key = (event.app, event.retriever, event.environment or "")
             if outcome.outcome == "accepted":
                 assert outcome.pk is not None
                 chosen = triage[event_id]
                 if chosen.judge:
                     (urgent_pks if chosen.urgent else new_pks).append(outcome.pk)
-                chosen.count(delta, labels)
-                delta.inc("events_accepted", labels)
+                counts.accepted(key, chosen.judge, chosen.reason, chosen.signals)
                 results.append(IngestResult(event_id=outcome.event_id, status="accepted"))
             elif outcome.outcome == "duplicate":
-                delta.inc("events_duplicate", labels)
+                counts.duplicate(key)
                 results.append(IngestResult(event_id=outcome.event_id, status="duplicate"))
             else:
                 delta.inc("events_rejected", {"reason": "conflict"})
@@ -258,6 +242,7 @@ class Ingestor:
                         error="event_id already used for a different event",
                     )
                 )
+        counts.add_to(delta)
         for rejection in rejections:
             delta.inc("events_rejected", {"reason": rejection.reason})
             if rejection.empty_retrieval is not None:

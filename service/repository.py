@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import func, select, update
+from sqlalchemy import text as sql_text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
@@ -83,30 +84,52 @@ def _event_row(tenant: str, event_id: str, event: EventIn, now: datetime) -> dic
     }
 
 
-def _passage_rows(event_pk: int, event: EventIn) -> list[dict[str, Any]]:
+# The passage columns in the order of the tuples ``_passage_rows`` builds.
+_PASSAGES_COPY = "COPY passages (event_pk, rank, passage_id, text, score, content_hash) FROM STDIN"
+_PASSAGES_INSERT = (
+    "INSERT INTO passages (event_pk, rank, passage_id, text, score, content_hash) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+
+def _passage_rows(event_pk: int, event: EventIn) -> list[tuple[Any, ...]]:
     rows = []
     for rank, passage in enumerate(event.passages, start=1):
         digest = text_hash(passage.text)
         rows.append(
-            {
-                "event_pk": event_pk,
-                "rank": rank,
-                "passage_id": passage_key(passage.id, digest),
-                "text": passage.text,
-                "score": passage.score,
-                "content_hash": digest,
-            }
+            (event_pk, rank, passage_key(passage.id, digest), passage.text, passage.score, digest)
         )
     return rows
 
 
+@dataclass(frozen=True)
+class InitialState:
+    """How an event starts out when ingest already knows: skipped (with why) or judged first."""
+
+    skip_reason: str | None = None  # stored as skipped, never judged
+    priority: int = 0  # 1: judged before the others and never shed
+
+
+_PENDING = InitialState()
+
+
 def insert_events(
-    session: Session, tenant: str, events: Sequence[tuple[str, EventIn]], now: datetime
+    session: Session,
+    tenant: str,
+    events: Sequence[tuple[str, EventIn]],
+    now: datetime,
+    initial: Mapping[str, InitialState] | None = None,
 ) -> list[InsertResult]:
     """Store new events in one transaction; known ids come back as duplicate or conflict.
 
-    The caller commits. A concurrent insert of the same id surfaces as IntegrityError at commit
-    time; ``insert_events_one_by_one`` resolves that case.
+    A fixed number of round trips whatever the batch size: one lookup of the known ids, the
+    events in one statement (see ``_insert_event_rows``), and the passages in one bulk write
+    (``COPY`` on PostgreSQL, a prepared ``executemany`` on SQLite). ``initial`` gives an
+    event's status and priority at insert (by event id; pending and normal priority when
+    absent).
+
+    The caller commits. A concurrent insert of the same id surfaces as IntegrityError at insert
+    or commit time; ``insert_events_one_by_one`` resolves that case.
     """
     ids = [event_id for event_id, _ in events]
     existing = {
@@ -120,7 +143,7 @@ def insert_events(
     }
     outcomes: list[tuple[str, IngestOutcome]] = []
     new_rows: list[dict[str, Any]] = []
-    new_events: dict[str, EventIn] = {}
+    new_events: list[EventIn] = []
     seen_in_batch: dict[str, str] = {}
     for event_id, event in events:
         digest = payload_hash(event)
@@ -128,35 +151,75 @@ def insert_events(
         if known_hash is not None:
             outcomes.append((event_id, "duplicate" if known_hash == digest else "conflict"))
             continue
+        state = initial.get(event_id, _PENDING) if initial else _PENDING
         row = _column_names(_event_row(tenant, event_id, event, now))
         row["payload_hash"] = digest
+        if state.skip_reason is not None:
+            row["status"] = EventStatus.SKIPPED.value
+        row["skip_reason"] = None if state.skip_reason is None else state.skip_reason[:32]
+        row["priority"] = state.priority
         seen_in_batch[event_id] = digest
         new_rows.append(row)
-        new_events[event_id] = event
+        new_events.append(event)
         outcomes.append((event_id, "accepted"))
     pks: dict[str, int] = {}
     if new_rows:
-        # One executemany and one lookup, rather than a round trip per event.
-        session.execute(table(Event).insert(), new_rows)
-        pks = {
-            row.event_id: row.id
-            for row in session.execute(
-                select(col(Event.event_id), col(Event.id)).where(
-                    col(Event.tenant) == tenant,
-                    col(Event.event_id).in_(list(new_events)),
-                )
-            )
-        }
+        pks = _insert_event_rows(session, new_rows)
         passage_rows = [
-            row
-            for event_id, event in new_events.items()
-            for row in _passage_rows(pks[event_id], event)
+            passage
+            for row, event in zip(new_rows, new_events, strict=True)
+            for passage in _passage_rows(pks[row["event_id"]], event)
         ]
-        session.execute(table(Passage).insert(), passage_rows)
+        _bulk_insert_passages(session, passage_rows)
     return [
         InsertResult(event_id, outcome, pks.get(event_id) if outcome == "accepted" else None)
         for event_id, outcome in outcomes
     ]
+
+
+def _insert_event_rows(session: Session, rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Insert event rows in one round trip; their keys by event id."""
+    events_table = table(Event)
+    if session.get_bind().dialect.name == "postgresql":
+        # Keys from the sequence first, then a plain executemany (psycopg pipelines it). A
+        # multi-row INSERT ... RETURNING is one statement too, but psycopg re-parses its ~2,000
+        # placeholders on every batch (it caches only short statements): twice the CPU.
+        keys = session.execute(_NEXT_EVENT_IDS, {"n": len(rows)}).scalars().all()
+        for row, key in zip(rows, keys, strict=True):
+            row["id"] = key
+        session.execute(events_table.insert(), rows)
+        return {row["event_id"]: row["id"] for row in rows}
+    # SQLite: one multi-row INSERT ... RETURNING (SQLAlchemy's insertmanyvalues). Keys are
+    # matched by event id: asking for parameter order makes SQLAlchemy insert row by row.
+    inserted = session.execute(
+        events_table.insert().returning(events_table.c.id, events_table.c.event_id), rows
+    )
+    return {event_id: pk for pk, event_id in inserted}
+
+
+_NEXT_EVENT_IDS = sql_text(
+    "SELECT nextval(pg_get_serial_sequence('events', 'id')) FROM generate_series(1, :n)"
+)
+
+
+def _bulk_insert_passages(session: Session, rows: list[tuple[Any, ...]]) -> None:
+    """Write passage rows on the session's own connection, inside its transaction.
+
+    Plain tuples straight to the driver: SQLAlchemy's per-row parameter processing was most of
+    the cost of this step, and the columns need no conversion (ints, text, a float).
+    """
+    connection = session.connection()
+    driver = connection.connection.driver_connection
+    if connection.dialect.name == "postgresql":
+        with driver.cursor() as cursor, cursor.copy(_PASSAGES_COPY) as copy:  # type: ignore[union-attr]
+            for row in rows:
+                copy.write_row(row)
+    else:
+        cursor = driver.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.executemany(_PASSAGES_INSERT, rows)
+        finally:
+            cursor.close()
 
 
 def _column_names(row: dict[str, Any]) -> dict[str, Any]:
@@ -168,17 +231,21 @@ def _column_names(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def insert_events_one_by_one(
-    session: Session, tenant: str, events: Sequence[tuple[str, EventIn]], now: datetime
+    session: Session,
+    tenant: str,
+    events: Sequence[tuple[str, EventIn]],
+    now: datetime,
+    initial: Mapping[str, InitialState] | None = None,
 ) -> list[InsertResult]:
     """Slow path after a unique-key race: each event in its own transaction."""
     results: list[InsertResult] = []
     for item in events:
         try:
-            results.extend(insert_events(session, tenant, [item], now))
+            results.extend(insert_events(session, tenant, [item], now, initial))
             session.commit()
         except IntegrityError:
             session.rollback()
-            results.extend(insert_events(session, tenant, [item], now))
+            results.extend(insert_events(session, tenant, [item], now, initial))
             session.commit()
     return results
 

@@ -1,4 +1,4 @@
-"""The queries of judge spend control: marking events skipped or urgent, and shedding a backlog."""
+"""The queries of judge spend control: marking events skipped, and shedding a backlog."""
 
 from __future__ import annotations
 
@@ -10,21 +10,6 @@ from sqlalchemy import func, select, update
 from sqlmodel import Session, col
 
 from service.models import Event, EventStatus, Score
-
-
-def mark_priority(session: Session, event_pks: Sequence[int]) -> None:
-    if event_pks:
-        session.execute(update(Event).where(col(Event.id).in_(event_pks)).values(priority=1))
-
-
-def skip_new(session: Session, event_pks: Sequence[int], reason: str) -> None:
-    """Skip events inserted in this same transaction (they are pending by construction)."""
-    if event_pks:
-        session.execute(
-            update(Event)
-            .where(col(Event.id).in_(event_pks))
-            .values(status=EventStatus.SKIPPED.value, skip_reason=reason[:32])
-        )
 
 
 def mark_skipped(session: Session, event_pks: Sequence[int], reason: str) -> list[int]:

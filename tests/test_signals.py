@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
 from service.migrate import upgrade
-from service.signals import compute_signals, count_near_duplicates, jaccard, looks_bad, shingles
+from service.signals import (
+    compute_signals,
+    count_near_duplicates,
+    jaccard,
+    looks_bad,
+    shingle_prefix,
+    shingles,
+    words,
+)
 from tests.conftest import make_settings
 from tests.helpers import make_event
 
@@ -77,6 +88,76 @@ def test_comparison_is_capped_and_cheap() -> None:
     assert elapsed < 0.5, elapsed
 
 
+def _reference_near_duplicates(texts: list[str], threshold: float) -> int:
+    """The definition itself: every pair, the regex's words, no filter and no cache."""
+    sets = []
+    for text in texts:
+        found = re.findall(r"\w+", text.lower())[:200]
+        grams = {tuple(found[i : i + 3]) for i in range(len(found) - 2)}
+        sets.append(grams if len(found) >= 3 else ({tuple(found)} if found else set()))
+    count = 0
+    for i, current in enumerate(sets):
+        for earlier in sets[:i]:
+            union = len(current | earlier)
+            if (len(current & earlier) / union if union else 1.0) >= threshold:
+                count += 1
+                break
+    return count
+
+
+# Few words, so passages often repeat or nearly repeat each other; one non-ASCII word and
+# punctuation exercise the regex path and the word boundaries.
+_WORDS = st.sampled_from(["alpha", "beta", "gamma", "delta", "Epsilon", "zeta", "café", "x_1"])
+_SEPARATORS = st.sampled_from([" ", ", ", ". ", "\n", " - ", "'"])
+
+
+@st.composite
+def _passages(draw: st.DrawFn) -> list[str]:
+    base = draw(st.lists(st.tuples(_WORDS, _SEPARATORS), min_size=0, max_size=40))
+    texts = []
+    for _ in range(draw(st.integers(1, 8))):
+        edited = list(base)
+        for _ in range(draw(st.integers(0, 4))):  # a few substitutions, cuts or appends
+            edit = draw(st.integers(0, 2))
+            position = draw(st.integers(0, len(edited)))
+            if edit == 0 and position < len(edited):
+                edited[position] = draw(st.tuples(_WORDS, _SEPARATORS))
+            elif edit == 1:
+                edited = edited[:position]
+            else:
+                edited.append(draw(st.tuples(_WORDS, _SEPARATORS)))
+        texts.append("".join(w + sep for w, sep in edited))
+    return texts
+
+
+@settings(max_examples=300, deadline=None)
+@given(_passages(), st.sampled_from([0.05, 0.3, 0.5, 0.75, 0.9, 0.95, 1.0]))
+def test_near_duplicates_match_the_plain_pairwise_definition(
+    texts: list[str], threshold: float
+) -> None:
+    # The prefix filter and the cache only skip work: the count is the definition's.
+    assert count_near_duplicates(texts, threshold) == _reference_near_duplicates(texts, threshold)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_words_are_the_regex_words_on_any_text(text: str) -> None:
+    assert words(text) == re.findall(r"\w+", text.lower())
+
+
+def test_a_repeated_passage_reuses_its_prefix() -> None:
+    unique = f"{TEXT} {time.monotonic_ns()}"
+    before = shingle_prefix.cache_info()
+    count_near_duplicates([unique, "something else entirely here"], 0.9)
+    count_near_duplicates([unique, "and a third text with words"], 0.9)
+    after = shingle_prefix.cache_info()
+    assert after.hits - before.hits >= 1
+    assert (
+        shingle_prefix(unique, 0.9)
+        == tuple(sorted(shingles(unique)))[: len(shingle_prefix(unique, 0.9))]
+    )
+
+
 def test_empty_or_repetitive_lists_look_bad_short_ones_do_not() -> None:
     assert looks_bad(signals([], []))
     assert looks_bad(signals([TEXT, TEXT], [None, None]))
@@ -132,7 +213,18 @@ def test_the_hot_path_modules_are_pure() -> None:
                 imported.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
                 imported.add((node.module or "").split(".")[0])
-        allowed = {"__future__", "collections", "dataclasses", "hashlib", "re", "typing", "zlib"}
+        allowed = {
+            "__future__",
+            "collections",
+            "dataclasses",
+            "functools",
+            "hashlib",
+            "math",
+            "re",
+            "string",
+            "typing",
+            "zlib",
+        }
         assert imported <= allowed, (module.__name__, imported - allowed)
 
 

@@ -48,15 +48,20 @@ PASSAGES = synthetic_passages(200, 150)
 WRK_SCRIPT = Path(__file__).with_name("wrk_events.lua")
 
 
-def event(i: int, run: str, k: int = 10) -> dict[str, Any]:
+def event(i: int, run: str, k: int = 10, unique: bool = False) -> dict[str, Any]:
     start = (i * 7) % (len(PASSAGES) - k)
+    # Passages come from a pool of 200 texts, as a corpus's popular chunks recur; ``unique``
+    # makes every passage text new (a first word of its own), so no per-text cache can help.
+    texts = [
+        f"{run}x{i}x{j} {PASSAGES[start + j]}" if unique else PASSAGES[start + j] for j in range(k)
+    ]
     return {
         "event_id": f"{run}-{i}",
         "app": "bench",
         "retriever": "r1",
         # The run in the query keeps (query, passage) pairs new across runs: no label cache hits.
         "query": f"question {run} number {i} about retrieval quality",
-        "passages": [{"id": f"p{j}", "text": PASSAGES[start + j]} for j in range(k)],
+        "passages": [{"id": f"p{j}", "text": text} for j, text in enumerate(texts)],
         "k": k,
     }
 
@@ -150,9 +155,9 @@ def post_batches(url: str, bodies: list[bytes], threads: int = 2) -> float:
     return time.monotonic() - started
 
 
-def batch_bodies(count: int, run: str) -> list[bytes]:
+def batch_bodies(count: int, run: str, unique: bool = False) -> list[bytes]:
     return [
-        orjson.dumps({"events": [event(b * 100 + i, run) for i in range(100)]})
+        orjson.dumps({"events": [event(b * 100 + i, run, unique=unique) for i in range(100)]})
         for b in range(count)
     ]
 
@@ -168,17 +173,19 @@ def measure(args: argparse.Namespace) -> list[Figure]:
         tmp = Path(tmp_name)
         body = tmp / "event.json"
         body.write_bytes(orjson.dumps(event(0, "x") | {"event_id": "__EVENT_ID__"}))
-        bodies = batch_bodies(args.batches, "b")
+        bodies = batch_bodies(args.batches, "b", args.unique_passages)
 
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         bare = [sys.executable, "-m", "tests.benchmarks.bare_app", str(port)]
         with running(bare, service_env("sqlite://", "unused"), url, "/readyz"):
-            run_wrk(url, body, 1, args.connections, "warm")
+            if not args.batch_only:
+                run_wrk(url, body, 1, args.connections, "warm")
             for r in range(args.repeat):
-                single["bare"].append(
-                    saturate(url, None, body, args.seconds, args.connections, f"bare{r}")[0]
-                )
+                if not args.batch_only:
+                    single["bare"].append(
+                        saturate(url, None, body, args.seconds, args.connections, f"bare{r}")[0]
+                    )
                 batch["bare"].append(100 * len(bodies) / post_batches(url, bodies))
 
         for kind in stores:
@@ -189,15 +196,18 @@ def measure(args: argparse.Namespace) -> list[Figure]:
                 env = service_env(database_url, f"bench-{uuid.uuid4().hex[:6]}")
                 with running(api_command(port), env, url, "/readyz") as pid:
                     idle = rss_mib(pid)
-                    run_wrk(url, body, 1, args.connections, f"{kind}-warm")
-                    for r in range(args.repeat):
+                    if args.batch_only:
+                        post_batches(url, batch_bodies(2, f"{kind}-warm"))
+                    else:
+                        run_wrk(url, body, 1, args.connections, f"{kind}-warm")
+                    for r in range(args.repeat if not args.batch_only else 0):
                         rate, _ = saturate(
                             url, database_url, body, args.seconds, args.connections, f"{kind}{r}"
                         )
                         single[kind].append(rate)
                     saturated = rss_mib(pid)
-                    half = max(1.0, sum(single[kind]) / len(single[kind]) / 2)
-                    for r in range(args.repeat):
+                    half = max(1.0, sum(single[kind]) / max(1, len(single[kind])) / 2)
+                    for r in range(args.repeat if not args.batch_only else 0):
                         before = count_events(database_url)
                         paced = run_wrk(
                             url,
@@ -211,11 +221,11 @@ def measure(args: argparse.Namespace) -> list[Figure]:
                         paced_rate[kind].append(stored / (paced["duration_us"] / 1e6))
                         p99[kind].append(paced["p99_us"] / 1000)
                     for r in range(args.repeat):
-                        tagged = batch_bodies(args.batches, f"{kind}b{r}")
+                        tagged = batch_bodies(args.batches, f"{kind}b{r}", args.unique_passages)
                         before = count_events(database_url)
                         seconds = post_batches(url, tagged)
                         batch[kind].append((count_events(database_url) - before) / seconds)
-                    if kind == "sqlite":
+                    if kind == "sqlite" and not args.batch_only:
                         memory.update(fill(url, database_url, args.memory_events))
                         memory["idle"] = idle
                         memory["saturated"] = saturated
@@ -223,7 +233,7 @@ def measure(args: argparse.Namespace) -> list[Figure]:
                         memory["events"] = count_events(database_url)
 
     figures: list[Figure] = []
-    for kind in stores:
+    for kind in stores if not args.batch_only else []:
         figures.append(
             median_figure(
                 1,
@@ -249,7 +259,8 @@ def measure(args: argparse.Namespace) -> list[Figure]:
         figures.append(
             median_figure(
                 2,
-                f"POST /v1/events/batch x100 ({kind}), events stored/s",
+                f"POST /v1/events/batch x100 ({kind}), events stored/s"
+                + (", every passage new" if args.unique_passages else ""),
                 batch[kind],
                 "ev/s",
                 "bare batch endpoint",
@@ -302,6 +313,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--memory-events", type=int, default=100_000)
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument(
+        "--batch-only",
+        action="store_true",
+        help="only the batch figure (2): no wrk runs, no memory figure",
+    )
+    parser.add_argument(
+        "--unique-passages",
+        action="store_true",
+        help="batches whose every passage text is new (default: drawn from 200 texts)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,211 @@
+"""Storing a batch: the bulk insert on SQLite and PostgreSQL, its outcomes and initial states."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlmodel import col
+
+from service.api.app import create_app
+from service.db import make_engine, session_scope
+from service.migrate import upgrade
+from service.models import Event, EventStatus, Passage
+from service.repository import InitialState, insert_events, text_hash, utcnow
+from service.schemas import EventIn
+from tests.conftest import make_settings
+from tests.helpers import make_event
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each test runs on both stores: the passages go through COPY on one, executemany on the
+    other."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    url = f"sqlite:///{tmp_path / 'rm.db'}"
+    upgrade(url)
+    return url
+
+
+def _event(event_id: str, n: int = 3, **extra: Any) -> EventIn:
+    return EventIn.model_validate(make_event(event_id, n=n, query=f"query of {event_id}", **extra))
+
+
+def test_a_batch_stores_every_event_with_its_own_passages(database_url: str) -> None:
+    engine = make_engine(database_url)
+    events = [(f"ev-{i}", _event(f"ev-{i}", n=1 + i % 4)) for i in range(30)]
+    # Text with characters COPY's text format must escape.
+    events.append(("odd", _event("odd", passages=[{"text": "tab\there\nnew line \\ back"}])))
+    with session_scope(engine) as session:
+        stored = insert_events(session, "t1", events, utcnow())
+        session.commit()
+    assert [r.event_id for r in stored] == [event_id for event_id, _ in events]
+    assert all(r.outcome == "accepted" and r.pk is not None for r in stored)
+    with session_scope(engine) as session:
+        for (event_id, event), result in zip(events, stored, strict=True):
+            row = session.get(Event, result.pk)
+            assert row is not None
+            # The key each event got back is its own row's, not a neighbour's.
+            assert (row.event_id, row.query, row.tenant) == (event_id, event.query, "t1")
+            assert row.passage_count == len(event.passages)
+            passages = session.execute(
+                select(Passage)
+                .where(col(Passage.event_pk) == result.pk)
+                .order_by(col(Passage.rank))
+            ).scalars()
+            got = [(p.rank, p.text, p.score, p.content_hash) for p in passages]
+            want = [
+                (rank, p.text, p.score, text_hash(p.text))
+                for rank, p in enumerate(event.passages, start=1)
+            ]
+            assert got == want
+    engine.dispose()
+
+
+def test_known_ids_and_repeats_in_a_batch_are_duplicates_or_conflicts(database_url: str) -> None:
+    engine = make_engine(database_url)
+    with session_scope(engine) as session:
+        insert_events(session, "t1", [("old", _event("old"))], utcnow())
+        session.commit()
+    batch = [
+        ("new", _event("new")),
+        ("old", _event("old")),  # a resend of a stored event
+        ("new", _event("new")),  # the same event twice in one batch
+        ("old", _event("old", n=5)),  # a stored id with other content
+        ("new", _event("new", n=2)),  # an id of this batch with other content
+        ("other", _event("other")),
+    ]
+    with session_scope(engine) as session:
+        stored = insert_events(session, "t1", batch, utcnow())
+        session.commit()
+    assert [r.outcome for r in stored] == [
+        "accepted",
+        "duplicate",
+        "duplicate",
+        "conflict",
+        "conflict",
+        "accepted",
+    ]
+    assert [r.pk is not None for r in stored] == [True, False, False, False, False, True]
+    # The same id in another tenant is another event.
+    with session_scope(engine) as session:
+        (elsewhere,) = insert_events(session, "t2", [("old", _event("old"))], utcnow())
+        session.commit()
+        assert elsewhere.outcome == "accepted"
+        ids = session.execute(select(col(Event.tenant), col(Event.event_id))).all()
+    assert sorted(ids) == [("t1", "new"), ("t1", "old"), ("t1", "other"), ("t2", "old")]
+    engine.dispose()
+
+
+def test_initial_states_are_written_by_the_insert(database_url: str) -> None:
+    engine = make_engine(database_url)
+    initial = {
+        "skipped": InitialState(skip_reason="unsampled"),
+        "urgent": InitialState(priority=1),
+    }
+    batch = [(name, _event(name)) for name in ("skipped", "urgent", "plain")]
+    with session_scope(engine) as session:
+        insert_events(session, "t1", batch, utcnow(), initial)
+        session.commit()
+        rows = {
+            row.event_id: (row.status, row.skip_reason, row.priority)
+            for row in session.execute(select(Event)).scalars()
+        }
+    assert rows == {
+        "skipped": (EventStatus.SKIPPED.value, "unsampled", 0),
+        "urgent": (EventStatus.PENDING.value, None, 1),
+        "plain": (EventStatus.PENDING.value, None, 0),
+    }
+    engine.dispose()
+
+
+def test_the_batch_endpoint_stores_unsampled_as_skipped_and_gold_first(
+    tmp_path: Path, database_url: str, redis_url: str
+) -> None:
+    settings = make_settings(tmp_path, database_url, redis_url, sample_rate=0.0)
+    repeated = "the same words in the same order, passage after passage, again and again"
+    body = {
+        "events": [
+            make_event("plain"),
+            make_event("gold", gold_passage_ids=["d1"]),  # gold is always judged, first
+            make_event("plain"),  # repeated in the batch
+            make_event("looped", passages=[{"text": repeated}, {"text": repeated}]),
+        ]
+    }
+    with TestClient(create_app(settings)) as client:
+        answer = client.post("/v1/events/batch", json=body).json()
+        statuses = {e: client.get(f"/v1/events/{e}").json()["status"] for e in ("plain", "gold")}
+    assert [r["status"] for r in answer["results"]] == [
+        "accepted",
+        "accepted",
+        "duplicate",
+        "accepted",
+    ]
+    assert statuses == {"plain": "skipped", "gold": "pending"}
+    engine = make_engine(database_url)
+    with session_scope(engine) as session:
+        rows = {
+            row.event_id: (row.status, row.skip_reason, row.priority)
+            for row in session.execute(select(Event)).scalars()
+        }
+    engine.dispose()
+    assert rows == {
+        "plain": ("skipped", "unsampled", 0),
+        "gold": ("pending", None, 1),
+        # Unsampled, so never judged: its duplicate signal does not make it urgent.
+        "looped": ("skipped", "unsampled", 0),
+    }
+
+
+def test_a_sampled_event_with_repeating_passages_is_judged_first(
+    tmp_path: Path, database_url: str, redis_url: str
+) -> None:
+    settings = make_settings(tmp_path, database_url, redis_url, sample_rate=1.0)
+    repeated = "the same words in the same order, passage after passage, again and again"
+    body = {
+        "events": [
+            make_event("plain"),
+            make_event("looped", passages=[{"text": repeated}, {"text": repeated.upper()}]),
+        ]
+    }
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/v1/events/batch", json=body).json()["accepted"] == 2
+    engine = make_engine(database_url)
+    with session_scope(engine) as session:
+        rows = {
+            row.event_id: (row.status, row.priority)
+            for row in session.execute(select(Event)).scalars()
+        }
+    engine.dispose()
+    assert rows == {"plain": ("pending", 0), "looped": ("pending", 1)}
+
+
+def test_a_batch_costs_a_fixed_number_of_statements(database_url: str) -> None:
+    """The lookup, the events in one statement (keys taken from the sequence first on
+    PostgreSQL), the passages in one bulk write."""
+    from sqlalchemy import event as sa_event
+
+    engine = make_engine(database_url)
+    statements: list[str] = []
+
+    def record(*args: object) -> None:
+        statements.append(str(args[2]).split()[0])
+
+    batch = [(f"ev-{i}", _event(f"ev-{i}", n=4)) for i in range(50)]
+    with session_scope(engine) as session:
+        session.connection()  # the connection's own set-up statements are not the insert's
+        sa_event.listen(engine, "before_cursor_execute", record)
+        insert_events(session, "t1", batch, utcnow())
+        sa_event.remove(engine, "before_cursor_execute", record)
+        session.commit()
+    engine.dispose()
+    # The passages go to the driver directly and do not pass this hook.
+    if database_url.startswith("postgresql"):
+        assert statements == ["SELECT", "SELECT", "INSERT"]
+    else:
+        assert statements == ["SELECT", "INSERT"]
