@@ -13,6 +13,7 @@ from service.auth import KeyStore
 from service.budget import BudgetGauges
 from service.db import session_scope
 from service.exporter import PipelineState, SharedCollector, build_registry
+from service.group_commit import GroupCommitter
 from service.ingest import Ingestor
 from service.queue import TaskSender, urgent_queue
 from service.rebuild import ensure_aggregates_in_background
@@ -24,6 +25,7 @@ from service.runtime import Runtime
 class AppState:
     runtime: Runtime
     ingestor: Ingestor
+    committer: GroupCommitter  # the single-event path's writer; started and drained by the app
     registry: CollectorRegistry
     keys: KeyStore
 
@@ -60,9 +62,13 @@ class AppState:
                 extra=lambda: chain(calibration(), budgets()),
             )
         )
+        ingestor = Ingestor(runtime, sender)
+        group = runtime.settings.max_batch_events
         return cls(
             runtime=runtime,
-            ingestor=Ingestor(runtime, sender),
+            ingestor=ingestor,
+            # A group is at most a batch; one more group may wait while one is being stored.
+            committer=GroupCommitter(ingestor.ingest, max_group=group, capacity=group),
             registry=registry,
             keys=KeyStore(runtime.engine),
         )
