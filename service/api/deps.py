@@ -77,3 +77,9 @@ class AppState:
 def app_state(request: Request) -> AppState:
     state: AppState = request.app.state.rm
     return state
+
+
+async def request_state(request: Request) -> AppState:
+    """``app_state`` as a route dependency. FastAPI runs a sync dependency in the thread pool;
+    that hop costs far more than this attribute read, and every ingest request paid it."""
+    return app_state(request)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, HTTPException, Response, status
 from service import repository
 from service.aggregates import Delta
 from service.api.auth import Caller
-from service.api.deps import AppState, app_state
+from service.api.deps import AppState, request_state
 from service.auth import Principal
 from service.db import session_scope
 from service.group_commit import NotStoredError
@@ -27,7 +27,7 @@ from service.schemas import (
 )
 
 router = APIRouter(prefix="/v1/events", tags=["events"], responses=ERROR_RESPONSES)
-State = Annotated[AppState, Depends(app_state)]
+State = Annotated[AppState, Depends(request_state)]
 
 
 @router.post(
