@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -68,22 +69,28 @@ class _Pending:
 
 
 class GroupCommitter:
-    """One writer thread per API process, fed by a bounded queue."""
+    """Writer threads (usually one) per API process, fed by a bounded queue."""
 
-    def __init__(self, store: Store, max_group: int, capacity: int) -> None:
+    def __init__(self, store: Store, max_group: int, capacity: int, writers: int = 1) -> None:
         self._store = store
         self.max_group = max_group
         self.capacity = capacity
+        self.writers = writers
         self._queue: deque[_Pending] = deque()
         self._ready = threading.Condition()
         self._closing = False
-        self._writer: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
         with self._ready:
-            if self._writer is None and not self._closing:
-                self._writer = threading.Thread(target=self._run, name="group-commit", daemon=True)
-                self._writer.start()
+            if self._threads or self._closing:
+                return
+            for number in range(self.writers):
+                thread = threading.Thread(
+                    target=self._run, name=f"group-commit-{number}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
 
     def submit(self, tenant: str, event: EventIn) -> Future[IngestResult]:
         """Queue one event; its future resolves after the commit that holds it."""
@@ -117,12 +124,13 @@ class GroupCommitter:
         """Stop taking events and drain the queue: each is committed or failed, none dropped."""
         with self._ready:
             self._closing = True
-            self._ready.notify()
-            writer = self._writer
-        if writer is None:
+            self._ready.notify_all()
+            threads = list(self._threads)
+        if not threads:
             self._run()  # never started: drain here
-        else:
-            writer.join(timeout)
+        deadline = time.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
         with self._ready:
             left = list(self._queue)
             self._queue.clear()

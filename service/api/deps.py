@@ -64,11 +64,15 @@ class AppState:
         )
         ingestor = Ingestor(runtime, sender)
         group = runtime.settings.max_batch_events
+        # PostgreSQL takes concurrent writers, so a second one stores a group while the first
+        # waits on the server; SQLite has one write lock, which a second writer would only wait
+        # for (its busy handler sleeps between retries).
+        writers = 1 if runtime.engine.dialect.name == "sqlite" else 2
         return cls(
             runtime=runtime,
             ingestor=ingestor,
             # A group is at most a batch; one more group may wait while one is being stored.
-            committer=GroupCommitter(ingestor.ingest, max_group=group, capacity=group),
+            committer=GroupCommitter(ingestor.ingest, group, capacity=group, writers=writers),
             registry=registry,
             keys=KeyStore(runtime.engine),
         )
