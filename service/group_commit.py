@@ -1,10 +1,11 @@
 """Group commit for single-event ingest: concurrent requests share one transaction.
 
-Each ``POST /v1/events`` request checks its event, hands it to the process's one writer and waits.
+Each ``POST /v1/events`` request checks its event, hands it to the process's writer and waits.
 The writer takes everything queued (up to ``max_group``) and stores it through the batch path, so
 a group costs one transaction, one counter update and one fan-out message per tenant in it, then
-gives each request its own outcome. A request is answered only after the commit that holds its
-event, or with an error: the acceptance guarantee of the single-event path is unchanged.
+gives each request its own outcome (PostgreSQL gets a second writer; see ``AppState.build``).
+A request is answered only after the commit that holds its event, or with an error: the
+acceptance guarantee of the single-event path is unchanged.
 
 There is no batching delay: the writer takes what is queued when it becomes free, so a quiet
 service commits each event at once, and groups grow only while requests arrive faster than
@@ -134,7 +135,7 @@ class GroupCommitter:
         with self._ready:
             left = list(self._queue)
             self._queue.clear()
-        for pending in left:  # the writer is stuck on the database past the bound
+        for pending in left:  # a writer is stuck on the database past the bound
             _fail(
                 pending, NotStoredError("stopping", "the service stopped before storing the event")
             )
@@ -154,7 +155,10 @@ class GroupCommitter:
                 log.exception("group commit failed unexpectedly")
                 for pending in group:
                     _fail(
-                        pending, NotStoredError("store_failed", f"the event was not stored: {exc}")
+                        pending,
+                        NotStoredError(
+                            "store_failed", f"the event was not stored ({type(exc).__name__})"
+                        ),
                     )
 
     def _commit(self, group: list[_Pending]) -> None:
@@ -170,10 +174,11 @@ class GroupCommitter:
         except Exception as exc:
             if len(items) > 1 and not isinstance(exc, _UNAVAILABLE):
                 # Probably one event's own fault: store each alone so only its request fails.
+                # The type only: the message of a statement error quotes event text.
                 log.warning(
                     "storing a group of %d events failed (%s); storing them one by one",
                     len(items),
-                    exc,
+                    type(exc).__name__,
                 )
                 for pending in items:
                     self._commit_tenant(tenant, [pending])
