@@ -42,7 +42,11 @@ def create_app(settings: Settings) -> FastAPI:
         except Exception:  # Redis or the database down at start: /metrics retries on scrape
             log.warning("shared aggregates not checked at startup", exc_info=True)
         responses.start()
+        state.committer.start()
         yield
+        # uvicorn has let the requests in flight finish; whatever is still queued is committed
+        # or failed here, before the engine goes.
+        state.committer.close()
         responses.stop()
         runtime.engine.dispose()
 

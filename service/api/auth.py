@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
+from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import AppState, app_state
+from service.api.deps import AppState, app_state, request_state
 from service.auth import ANONYMOUS, Principal
 
 
@@ -56,4 +57,15 @@ def operations_access(request: Request, state: Annotated[AppState, Depends(app_s
         )
 
 
-Caller = Annotated[Principal, Depends(current_principal)]
+async def caller_principal(
+    request: Request, state: Annotated[AppState, Depends(request_state)]
+) -> Principal:
+    """``current_principal`` as the routes' dependency: with no key required it answers in the
+    event loop (no thread-pool hop); a key lookup, which may query the database, goes to the
+    thread pool."""
+    if not state.runtime.settings.auth_required:
+        return ANONYMOUS
+    return await run_in_threadpool(current_principal, request, state)
+
+
+Caller = Annotated[Principal, Depends(caller_principal)]

@@ -12,6 +12,7 @@ from service.auth import KeyStore
 from service.budget import BudgetGauges
 from service.db import session_scope
 from service.exporter import MetricsPage, PipelineState
+from service.group_commit import GroupCommitter
 from service.ingest import Ingestor
 from service.queue import TaskSender, urgent_queue
 from service.rebuild import ensure_aggregates_in_background
@@ -24,6 +25,7 @@ class AppState:
     runtime: Runtime
     ingestor: Ingestor
     metrics_page: MetricsPage
+    committer: GroupCommitter  # the single-event path's writer; started and drained by the app
     keys: KeyStore
 
     @classmethod
@@ -62,9 +64,17 @@ class AppState:
             before_scrape,
             extra=lambda: chain(calibration(), budgets()),
         )
+        ingestor = Ingestor(runtime, sender)
+        group = runtime.settings.max_batch_events
+        # PostgreSQL takes concurrent writers, so a second one stores a group while the first
+        # waits on the server; SQLite has one write lock, which a second writer would only wait
+        # for (its busy handler sleeps between retries).
+        writers = 1 if runtime.engine.dialect.name == "sqlite" else 2
         return cls(
             runtime=runtime,
-            ingestor=Ingestor(runtime, sender),
+            ingestor=ingestor,
+            # A group is at most a batch; one more group may wait while one is being stored.
+            committer=GroupCommitter(ingestor.ingest, group, capacity=group, writers=writers),
             metrics_page=metrics_page,
             keys=KeyStore(runtime.engine),
         )
@@ -73,3 +83,9 @@ class AppState:
 def app_state(request: Request) -> AppState:
     state: AppState = request.app.state.rm
     return state
+
+
+async def request_state(request: Request) -> AppState:
+    """``app_state`` as a route dependency. FastAPI runs a sync dependency in the thread pool;
+    that hop costs far more than this attribute read, and every ingest request paid it."""
+    return app_state(request)

@@ -9,9 +9,10 @@ from fastapi import APIRouter, Depends, HTTPException, Response, status
 from service import repository
 from service.aggregates import Delta
 from service.api.auth import Caller
-from service.api.deps import AppState, app_state
+from service.api.deps import AppState, request_state
 from service.auth import Principal
 from service.db import session_scope
+from service.group_commit import NotStoredError
 from service.ingest import Rejection, validate
 from service.schemas import (
     ERROR_RESPONSES,
@@ -26,7 +27,7 @@ from service.schemas import (
 )
 
 router = APIRouter(prefix="/v1/events", tags=["events"], responses=ERROR_RESPONSES)
-State = Annotated[AppState, Depends(app_state)]
+State = Annotated[AppState, Depends(request_state)]
 
 
 @router.post(
@@ -48,7 +49,19 @@ def post_event(event: EventIn, response: Response, state: State, caller: Caller)
     if isinstance(checked, Rejection):
         state.ingestor.ingest(caller.tenant, [], [checked])
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=checked.message)
-    (result,) = state.ingestor.ingest(caller.tenant, [checked])
+    # Committed together with the events of concurrent requests (service/group_commit.py).
+    try:
+        result = state.committer.store(caller.tenant, checked)
+    except NotStoredError as exc:
+        delta = Delta()
+        delta.inc("events_rejected", {"reason": exc.reason})
+        state.ingestor.count(delta)
+        retry_after = str(state.runtime.settings.backpressure_retry_after_seconds)
+        raise HTTPException(
+            exc.status_code,
+            detail=str(exc),
+            headers={"Retry-After": retry_after} if exc.status_code == 503 else None,
+        ) from exc
     if result.status == "duplicate":
         response.status_code = status.HTTP_200_OK
     elif result.status == "rejected":
