@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from redis import Redis
@@ -74,6 +74,11 @@ class Delta:
         self.values[_field(family, values, "sum")] += value
         self.values[_field(family, values, "count")] += 1
 
+    def merge(self, other: Delta) -> None:
+        """Add ``other``'s increments to these."""
+        for key, amount in other.values.items():
+            self.values[key] += amount
+
     def __bool__(self) -> bool:
         return bool(self.values)
 
@@ -117,6 +122,27 @@ class Aggregates:
         for key, amount in delta.values.items():
             args.extend([key, amount])
         return bool(self._add_once(keys=[HASH_KEY, DONE_PREFIX + done_key], args=args))
+
+    def add_many_once(
+        self, deltas: Sequence[tuple[str, Delta]], extra: Delta | None = None
+    ) -> list[bool]:
+        """``add_once`` for many (done key, delta) pairs, plus ``extra`` applied like ``add``, in
+        one round trip; one flag per pair, True when applied now."""
+        pipe = self.redis.pipeline(transaction=False)
+        for done_key, delta in deltas:
+            args: list[str | float] = [DONE_TTL_SECONDS]
+            for key, amount in delta.values.items():
+                args.extend([key, amount])
+            self._add_once(keys=[HASH_KEY, DONE_PREFIX + done_key], args=args, client=pipe)
+        if extra:
+            extra_args: list[str | float] = []
+            for key, amount in extra.values.items():
+                extra_args.extend([key, amount])
+            self._add_in_epoch(keys=[HASH_KEY, EPOCH_KEY], args=extra_args, client=pipe)
+        if not deltas and not extra:
+            return []
+        results = pipe.execute()
+        return [bool(flag) for flag in results[: len(deltas)]]
 
     def is_done(self, done_key: str) -> bool:
         return bool(self.redis.exists(DONE_PREFIX + done_key))

@@ -60,6 +60,8 @@ class _Tally:
 class LlmJudge:
     def __init__(self, settings: Settings, redis: Redis | None = None) -> None:
         self.settings = settings
+        # Calls wait on the server, not on this process: several can be in flight at once.
+        self.max_concurrency = settings.judge_concurrency
         self.per_passage = settings.judge_per_passage
         self.shuffle = settings.judge_shuffle and not settings.judge_per_passage
         self.identity = JudgeIdentity(
