@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -292,8 +292,23 @@ def load_many_for_judging(session: Session, event_pks: Sequence[int]) -> list[Ev
     """``load_for_judging`` for many events in two queries; unknown pks are left out."""
     if not event_pks:
         return []
-    events = session.execute(select(Event).where(col(Event.id).in_(list(event_pks)))).scalars()
-    by_pk = {event.id: event for event in events if event.id is not None}
+    # Columns rather than ORM objects: a slice loads many events, and only reads them.
+    events = session.execute(
+        select(
+            col(Event.id),
+            col(Event.event_id),
+            col(Event.tenant),
+            col(Event.app),
+            col(Event.retriever),
+            col(Event.environment),
+            col(Event.query),
+            col(Event.k),
+            col(Event.status),
+            col(Event.received_at),
+            col(Event.gold_passage_ids),
+        ).where(col(Event.id).in_(list(event_pks)))
+    ).all()
+    by_pk = {event.id: event for event in events}
     if not by_pk:
         return []
     rows = session.execute(
@@ -433,10 +448,11 @@ class JudgingResult:
 
 @dataclass(frozen=True)
 class StoredScore:
-    """An event's score under one judge and prompt version, with the run that produced it."""
+    """An event's score under one judge and prompt version, with the run that produced it, as
+    column values (the scores and judge_runs rows)."""
 
-    score: Score
-    run: JudgeRun | None
+    score: Mapping[str, Any]
+    run: Mapping[str, Any] | None
 
 
 def stored_score(session: Session, event_pk: int, who: JudgeIdentity) -> StoredScore:
@@ -454,15 +470,28 @@ def stored_score(session: Session, event_pk: int, who: JudgeIdentity) -> StoredS
             col(JudgeRun.prompt_version) == who.prompt_version,
         )
     ).scalar_one_or_none()
-    return StoredScore(score, run)
+    return StoredScore(score.model_dump(), run.model_dump() if run is not None else None)
 
 
 @dataclass(frozen=True)
 class _JudgingRows:
     judgments: list[dict[str, Any]]
-    run: JudgeRun
+    run: dict[str, Any]
     cache: list[dict[str, Any]]
-    score: Score
+    score: dict[str, Any]
+
+
+# Rows are built as plain dicts: a slice writes hundreds of them, and constructing ORM objects
+# (attribute instrumentation on every field) cost more than the inserts themselves.
+_SCORE_MEASURES = frozenset(Score.model_fields) - {
+    "id",
+    "event_pk",
+    "judge",
+    "prompt_version",
+    "alpha",
+    "np_window",
+    "created_at",
+}
 
 
 def _judging_rows(
@@ -484,20 +513,20 @@ def _judging_rows(
             event.passages, result.grades, result.from_cache, strict=True
         )
     ]
-    run = JudgeRun(
-        event_pk=event.pk,
-        judge=who.judge,
-        model=who.model,
-        prompt_version=who.prompt_version,
-        context_rating=result.context_rating,
-        calls=result.calls,
-        prompt_tokens=result.prompt_tokens,
-        completion_tokens=result.completion_tokens,
-        cache_hits=sum(result.from_cache),
-        missing_labels=sum(g is None for g in result.grades),
-        malformed_replies=result.malformed_replies,
-        created_at=now,
-    )
+    run = {
+        "event_pk": event.pk,
+        "judge": who.judge,
+        "model": who.model,
+        "prompt_version": who.prompt_version,
+        "context_rating": result.context_rating,
+        "calls": result.calls,
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "cache_hits": sum(result.from_cache),
+        "missing_labels": sum(g is None for g in result.grades),
+        "malformed_replies": result.malformed_replies,
+        "created_at": now,
+    }
     cache = [
         {
             "judge": who.judge,
@@ -510,20 +539,19 @@ def _judging_rows(
         }
         for passage_hash, grade in result.new_cache_entries.items()
     ]
-    measure_columns = {
-        name: value for name, value in result.measures.items() if name in Score.model_fields
-    }
-    measure_columns.pop("alpha", None)
-    score = Score.model_validate(
-        {
-            "event_pk": event.pk,
-            "judge": who.judge,
-            "prompt_version": who.prompt_version,
-            "alpha": result.alpha,
-            "np_window": result.np_window,
-            "created_at": now,
-            **measure_columns,
-        }
+    score: dict[str, Any] = dict.fromkeys(_SCORE_MEASURES)
+    score.update(
+        (name, None if value is None else float(value))
+        for name, value in result.measures.items()
+        if name in _SCORE_MEASURES
+    )
+    score.update(
+        event_pk=event.pk,
+        judge=who.judge,
+        prompt_version=who.prompt_version,
+        alpha=result.alpha,
+        np_window=result.np_window,
+        created_at=now,
     )
     return _JudgingRows(judgments, run, cache, score)
 
@@ -561,17 +589,13 @@ def store_judging_many(
     if not rows:
         return {}
     session.execute(table(Judgment).insert(), [row for r in rows.values() for row in r.judgments])
-    session.execute(
-        table(JudgeRun).insert(), [r.run.model_dump(exclude={"id"}) for r in rows.values()]
-    )
+    session.execute(table(JudgeRun).insert(), [r.run for r in rows.values()])
     # One row per pair even if two results carry it (a statement may not hit its own conflict).
     cache = {
         (row["query_hash"], row["passage_hash"]): row for r in rows.values() for row in r.cache
     }
     _insert_ignore(session, LabelCache, list(cache.values()))
-    session.execute(
-        table(Score).insert(), [r.score.model_dump(exclude={"id"}) for r in rows.values()]
-    )
+    session.execute(table(Score).insert(), [r.score for r in rows.values()])
     session.execute(
         update(Event)
         .where(col(Event.id).in_(list(rows)))

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 from sqlalchemy.exc import IntegrityError
@@ -138,8 +140,8 @@ def judge_events(
         elif e.status == EventStatus.SKIPPED and not force:
             result.outcomes[e.pk] = "skipped"
 
-    spend = Delta()
-    done = _call_judge(runtime, judge, work, known, spend, result)
+    calls = _Calls(known, result)
+    done = _call_judge(runtime, judge, work, calls)
     stored = _store(runtime, who, done)
     for item in done:
         result.outcomes[item.event.pk] = "judged" if item.event.pk in stored else "already_judged"
@@ -147,67 +149,94 @@ def judge_events(
         (item.event, stored[item.event.pk], item.reply) for item in done if item.event.pk in stored
     ]
     exports.extend((event, score, None) for event, score in redelivered.values())
-    _export(runtime, who, exports, spend)
+    _export(runtime, who, exports, calls.spend)
     return result
 
 
-def _call_judge(
-    runtime: Runtime,
-    judge: Judge,
-    work: list[_Work],
-    known: dict[tuple[str, str], int],
-    spend: Delta,
-    result: SliceResult,
-) -> list[_Work]:
+@dataclass
+class _Calls:
+    """What the slice's judge calls have given so far."""
+
+    known: dict[tuple[str, str], int]  # (query hash, passage hash or ctx key) -> grade
+    result: SliceResult
+    spend: Delta = field(default_factory=Delta)
+    finished: list[_Work] = field(default_factory=list)
+
+    def take(
+        self, item: _Work, answer: Callable[[], tuple[JudgeReply, Delta]], *, final: bool
+    ) -> bool:
+        """Record one call's outcome; False if the budget refused it and ``final`` is not set."""
+        pk = item.event.pk
+        try:
+            reply, spent = answer()
+        except TransientJudgeError as exc:
+            self.result.transient[pk] = exc
+            self.result.outcomes[pk] = "retry"
+            return True
+        except BudgetExhaustedError as exc:
+            if not final:
+                return False
+            self.result.over_budget[pk] = exc
+            self.result.outcomes[pk] = "over_budget"
+            return True
+        self.spend.merge(spent)
+        item.reply = reply
+        _learn(item, self.known)
+        self.finished.append(item)
+        return True
+
+
+def _call_judge(runtime: Runtime, judge: Judge, work: list[_Work], calls: _Calls) -> list[_Work]:
     """Grade what the cache does not know, in rounds, several calls at once.
 
     Two events of a slice that need the same (query, passage) label must not both pay for it:
     the later one waits a round and finds it cached, exactly as if the slice ran one event at
     a time. The events come back with their plans and replies, ready to store.
     """
-    finished: list[_Work] = []
     pending = work
-    workers = max(1, min(judge.max_concurrency, len(work)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="judge-call") as pool:
-        while pending:
-            claimed: set[tuple[str, str]] = set()
-            this_round: list[_Work] = []
-            deferred: list[_Work] = []
-            for item in pending:
-                item.cached = _cached_for(item, known)
-                item.plan = plan_call(item.event, item.cached)
-                passages = item.event.passages
-                keys = {(item.query_hash, passages[i].content_hash) for i in item.plan.send}
-                if item.plan.rate_context:
-                    keys.add((item.query_hash, item.ctx_key))
-                if keys & claimed:
-                    deferred.append(item)
-                    continue
-                claimed |= keys
-                this_round.append(item)
-            calls = [
-                (item, pool.submit(_ask, runtime, judge, item))
-                for item in this_round
-                if item.plan.send
-            ]
-            finished.extend(item for item in this_round if not item.plan.send)
-            for item, future in calls:
-                try:
-                    reply, spent = future.result()
-                except TransientJudgeError as exc:
-                    result.transient[item.event.pk] = exc
-                    result.outcomes[item.event.pk] = "retry"
-                    continue
-                except BudgetExhaustedError as exc:
-                    result.over_budget[item.event.pk] = exc
-                    result.outcomes[item.event.pk] = "over_budget"
-                    continue
-                spend.merge(spent)
-                item.reply = reply
-                _learn(item, known)
-                finished.append(item)
-            pending = deferred
-    return finished
+    while pending:
+        claimed: set[tuple[str, str]] = set()
+        this_round: list[_Work] = []
+        deferred: list[_Work] = []
+        for item in pending:
+            item.cached = _cached_for(item, calls.known)
+            item.plan = plan_call(item.event, item.cached)
+            passages = item.event.passages
+            keys = {(item.query_hash, passages[i].content_hash) for i in item.plan.send}
+            if item.plan.rate_context:
+                keys.add((item.query_hash, item.ctx_key))
+            if keys & claimed:
+                deferred.append(item)
+                continue
+            claimed |= keys
+            this_round.append(item)
+        calls.finished.extend(item for item in this_round if not item.plan.send)
+        asking = [item for item in this_round if item.plan.send]
+        if len(asking) == 1:
+            calls.take(asking[0], partial(_ask, runtime, judge, asking[0]), final=True)
+        elif asking:
+            pool = _call_pool(judge.max_concurrency)
+            futures = [(item, pool.submit(_ask, runtime, judge, item)) for item in asking]
+            refused = [item for item, f in futures if not calls.take(item, f.result, final=False)]
+            # Refused while the slice's other calls held reservations: asked again one at a
+            # time, now that those are settled, so concurrency never spends a budget early.
+            for item in refused:
+                calls.take(item, partial(_ask, runtime, judge, item), final=True)
+        pending = deferred
+    return calls.finished
+
+
+_pool: tuple[int, int, ThreadPoolExecutor] | None = None
+
+
+def _call_pool(size: int) -> ThreadPoolExecutor:
+    """The process's threads for judge calls, made on first use (after Celery forks the process:
+    threads do not survive a fork) and kept, since starting them per slice cost more than the
+    calls they overlapped."""
+    global _pool
+    if _pool is None or _pool[0] != os.getpid() or _pool[1] != size:
+        _pool = (os.getpid(), size, ThreadPoolExecutor(size, thread_name_prefix="judge-call"))
+    return _pool[2]
 
 
 def _cached_for(item: _Work, known: dict[tuple[str, str], int]) -> dict[str, int]:
