@@ -12,9 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from sqlalchemy import text
 from sqlmodel import select
 
+from service.aggregates import Aggregates, Delta
 from service.db import session_scope
 from service.migrate import upgrade
 from service.models import JudgeRun, Judgment, Score
@@ -216,3 +218,32 @@ def test_a_score_stored_concurrently_stands_and_the_rest_of_the_slice_is_stored(
     assert blocked.is_set(), "the slice never waited on the other transaction"
     assert result.outcomes == {pks[0]: "already_judged", pks[1]: "judged", pks[2]: "judged"}
     assert sorted(runs(runtime)) == sorted(pks)
+
+
+def test_a_partly_counted_slice_adds_only_its_uncounted_events(redis_url: str) -> None:
+    """The summed export of a slice: markers already set (a redelivery after a crash between two
+    slices sharing events) leave their events out; the rest is applied exactly once."""
+    aggregates = Aggregates(redis.Redis.from_url(redis_url))
+    aggregates.clear()
+    aggregates.start_epoch(time.time())
+
+    def delta(value: float) -> Delta:
+        one = Delta()
+        one.inc("events_judged", {"app": "shop", "judge": "j"})
+        one.observe("measure_precision", {"app": "shop", "judge": "j"}, value)
+        return one
+
+    assert aggregates.add_many_once([("e1", delta(0.1)), ("e3", delta(0.3))]) == [True, True]
+    spend = Delta()
+    spend.inc("judge_app_calls", {"app": "shop", "judge": "j"}, 4)
+    flags = aggregates.add_many_once(
+        [("e1", delta(0.1)), ("e2", delta(0.2)), ("e3", delta(0.3)), ("e4", delta(0.9))], spend
+    )
+    assert flags == [False, True, False, True]
+    values = aggregates.read()
+    assert values[("events_judged", ("shop", "", "", "j", ""), "")] == 4
+    assert values[("measure_precision", ("shop", "", "", "j", ""), "sum")] == pytest.approx(1.5)
+    assert values[("judge_app_calls", ("shop", "j"), "")] == 4
+    # Nothing new: nothing applied, however often it comes back.
+    assert aggregates.add_many_once([("e2", delta(0.2)), ("e4", delta(0.9))]) == [False, False]
+    assert aggregates.read()[("events_judged", ("shop", "", "", "j", ""), "")] == 4
