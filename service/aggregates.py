@@ -54,6 +54,28 @@ end
 return 0
 """
 
+# ``_ADD_ONCE`` for many markers and one summed delta: applies it only if no marker existed, and
+# then sets them all; otherwise applies nothing and returns the (1-based) positions of the markers
+# that existed, for the caller to leave those events out and try again.
+_ADD_ALL_ONCE = """
+local existing = {}
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    existing[#existing + 1] = i - 1
+  end
+end
+if #existing > 0 then
+  return existing
+end
+for i = 2, #KEYS do
+  redis.call('SET', KEYS[i], '1', 'EX', ARGV[1])
+end
+for i = 2, #ARGV, 2 do
+  redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+return {}
+"""
+
 
 # Every family's series, each as one list of values: a counter's [total]; a histogram's
 # [b0, ..., b(n-1), count, sum] with its n finite bounds (buckets not cumulative).
@@ -148,6 +170,11 @@ class Delta:
         self.values[_field(family, values, "sum")] += sum(observed)
         self.values[_field(family, values, "count")] += len(observed)
 
+    def merge(self, other: Delta) -> None:
+        """Add ``other``'s increments to these."""
+        for key, amount in other.values.items():
+            self.values[key] += amount
+
     def __bool__(self) -> bool:
         return bool(self.values)
 
@@ -165,6 +192,7 @@ class Aggregates:
         # changes only when a new label set appears, so each is parsed about once.
         self._slots: dict[bytes | str, _Slot | None] = {}
         self._series_keys: dict[tuple[str, tuple[str, ...]], _SeriesKey] = {}
+        self._add_all_once = redis.register_script(_ADD_ALL_ONCE)
 
     def add(self, delta: Delta) -> bool:
         """Apply ``delta`` if the aggregates are complete; False when a rebuild is due instead."""
@@ -195,6 +223,37 @@ class Aggregates:
         for key, amount in delta.values.items():
             args.extend([key, amount])
         return bool(self._add_once(keys=[HASH_KEY, DONE_PREFIX + done_key], args=args))
+
+    def add_many_once(
+        self, deltas: Sequence[tuple[str, Delta]], extra: Delta | None = None
+    ) -> list[bool]:
+        """``add_once`` for many (done key, delta) pairs, plus ``extra`` applied like ``add``;
+        one flag per pair, True when applied now.
+
+        The deltas are summed here and sent once, with every marker: events of one slice share
+        most of their fields, so this sends a fraction of the arguments. If some markers exist
+        (a redelivered slice), nothing is applied and the sum is sent again without them.
+        """
+        applied = [False] * len(deltas)
+        todo = list(range(len(deltas)))
+        while todo:
+            total = Delta()
+            for index in todo:
+                total.merge(deltas[index][1])
+            args: list[str | float] = [DONE_TTL_SECONDS]
+            for key, amount in total.values.items():
+                args.extend([key, amount])
+            markers = [DONE_PREFIX + deltas[index][0] for index in todo]
+            counted = self._add_all_once(keys=[HASH_KEY, *markers], args=args)
+            if not counted:
+                for index in todo:
+                    applied[index] = True
+                break
+            taken = {int(position) - 1 for position in counted}
+            todo = [index for position, index in enumerate(todo) if position not in taken]
+        if extra:
+            self.add(extra)
+        return applied
 
     def is_done(self, done_key: str) -> bool:
         return bool(self.redis.exists(DONE_PREFIX + done_key))

@@ -231,12 +231,13 @@ def settle_call(
     calls: int,
     prompt_tokens: int,
     completion_tokens: int,
-) -> None:
-    """Charge what the call really used to the budget and to the per-app spend figures."""
+) -> Delta:
+    """Charge what the call really used to the budget; returns the per-app spend figures, which
+    the caller applies to the aggregates together with the rest of its increments."""
     if held is not None:
         Budget(runtime.redis, runtime.settings).settle(held, prompt_tokens, completion_tokens)
     price = price_for(model, runtime.settings.judge_prices)
-    runtime.aggregates.add(spend_delta(app, judge, price, calls, prompt_tokens, completion_tokens))
+    return spend_delta(app, judge, price, calls, prompt_tokens, completion_tokens)
 
 
 def budgeted_apps(redis: Redis, settings: Settings, now: float) -> set[str]:

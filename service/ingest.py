@@ -257,7 +257,9 @@ class Ingestor:
     def _urgent_sender(self) -> TaskSender:
         if self._urgent is None:
             broker = str(self.sender.app.conf.broker_url)
-            self._urgent = TaskSender(broker, urgent_queue(self.sender.queue))
+            self._urgent = TaskSender(
+                broker, urgent_queue(self.sender.queue), self.sender.slice_events
+            )
         return self._urgent
 
     def count(self, delta: Delta) -> None:

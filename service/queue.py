@@ -8,11 +8,17 @@ from collections.abc import Sequence
 from celery import Celery
 
 JUDGE_TASK = "judge.event"
+JUDGE_SLICE_TASK = "judge.events"
 FANOUT_TASK = "judge.fanout"
 SWEEP_TASK = "events.sweep"
 PURGE_TASK = "events.purge"
 
 log = logging.getLogger(__name__)
+
+
+def slices(event_pks: Sequence[int], size: int) -> list[list[int]]:
+    """``event_pks`` cut into consecutive slices of at most ``size``."""
+    return [list(event_pks[i : i + size]) for i in range(0, len(event_pks), size)]
 
 
 def urgent_queue(queue: str) -> str:
@@ -21,8 +27,9 @@ def urgent_queue(queue: str) -> str:
 
 
 class TaskSender:
-    def __init__(self, broker_url: str, queue: str) -> None:
+    def __init__(self, broker_url: str, queue: str, slice_events: int = 16) -> None:
         self.queue = queue
+        self.slice_events = slice_events
         self.app = Celery("retrieval-monitor-sender", broker=broker_url, set_as_current=False)
         self.app.conf.broker_connection_retry_on_startup = True
         # A broker outage must not hang the ingest request: the event is already committed and
@@ -33,13 +40,10 @@ class TaskSender:
         """Enqueue judging; False if the broker refused (the sweeper will retry)."""
         if not event_pks:
             return True
-        # A batch costs the request one message: a worker fans it out into one task per event,
-        # so each event is still judged, retried and acknowledged on its own.
-        name, args = (
-            (JUDGE_TASK, [event_pks[0]])
-            if len(event_pks) == 1
-            else (FANOUT_TASK, [list(event_pks)])
-        )
+        # A request costs one message: up to a slice goes straight to a judge task; a larger
+        # batch goes to a worker that cuts it into slices, so several processes share it.
+        name = JUDGE_SLICE_TASK if len(event_pks) <= self.slice_events else FANOUT_TASK
+        args = [list(event_pks)]
         try:
             self.app.send_task(name, args=args, queue=self.queue, retry=False)
         except Exception:  # the event is committed; losing the send only delays judging

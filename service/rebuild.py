@@ -51,7 +51,14 @@ def ensure_aggregates(runtime: Runtime) -> bool:
                     judged_passages=scored.judged_passages,
                 )
                 key = done_key(scored.event_pk, who.judge, who.prompt_version)
-                if aggregates.add_once(key, score_delta(who, scored.score, scored.run)):
+                if aggregates.add_once(
+                    key,
+                    score_delta(
+                        who,
+                        scored.score.model_dump(),
+                        scored.run.model_dump() if scored.run is not None else None,
+                    ),
+                ):
                     exported += 1
             after = page[-1].score.id or after
     log.info(

@@ -355,6 +355,66 @@ def load_for_judging(session: Session, event_pk: int) -> EventForJudging | None:
     )
 
 
+def load_many_for_judging(session: Session, event_pks: Sequence[int]) -> list[EventForJudging]:
+    """``load_for_judging`` for many events in two queries; unknown pks are left out."""
+    if not event_pks:
+        return []
+    # Columns rather than ORM objects: a slice loads many events, and only reads them.
+    events = session.execute(
+        select(
+            col(Event.id),
+            col(Event.event_id),
+            col(Event.tenant),
+            col(Event.app),
+            col(Event.retriever),
+            col(Event.environment),
+            col(Event.query),
+            col(Event.k),
+            col(Event.status),
+            col(Event.received_at),
+            col(Event.gold_passage_ids),
+        ).where(col(Event.id).in_(list(event_pks)))
+    ).all()
+    by_pk = {event.id: event for event in events}
+    if not by_pk:
+        return []
+    rows = session.execute(
+        select(
+            col(Passage.event_pk),
+            col(Passage.rank),
+            col(Passage.passage_id),
+            col(Passage.text),
+            col(Passage.content_hash),
+        )
+        .join(Event, col(Event.id) == col(Passage.event_pk))
+        .where(col(Passage.event_pk).in_(list(by_pk)), col(Passage.rank) <= 2 * col(Event.k))
+        .order_by(col(Passage.event_pk), col(Passage.rank))
+    ).all()
+    passages: dict[int, list[PassageForJudging]] = {pk: [] for pk in by_pk}
+    for event_pk, *passage in rows:
+        passages[event_pk].append(PassageForJudging(*passage))
+    # In the order asked for: the first of two events needing the same label pays for it.
+    ordered = [pk for pk in dict.fromkeys(event_pks) if pk in by_pk]
+    return [
+        EventForJudging(
+            pk=pk,
+            event_id=event.event_id,
+            tenant=event.tenant,
+            app=event.app,
+            retriever=event.retriever,
+            environment=event.environment,
+            query=event.query,
+            k=event.k,
+            status=event.status,
+            received_at=_aware(event.received_at) or utcnow(),
+            gold_passage_ids=event.gold_passage_ids,
+            passages=passages[pk],
+        )
+        for pk in ordered
+        for event in (by_pk[pk],)
+    ]
+
+
 @dataclass(frozen=True)
 class JudgeIdentity:
     judge: str
@@ -392,6 +452,50 @@ def score_exists(session: Session, event_pk: int, who: JudgeIdentity) -> bool:
     )
 
 
+def cached_labels_many(
+    session: Session, who: JudgeIdentity, wanted: dict[str, set[str]]
+) -> dict[tuple[str, str], int]:
+    """Cached grades for many queries at once: ``wanted`` maps a query hash to passage hashes.
+
+    One query over the union of both sets; pairs nobody asked for are dropped afterwards.
+    """
+    if not wanted:
+        return {}
+    every_passage = sorted(set().union(*wanted.values()))
+    if not every_passage:
+        return {}
+    rows = session.execute(
+        select(
+            col(LabelCache.query_hash), col(LabelCache.passage_hash), col(LabelCache.grade)
+        ).where(
+            col(LabelCache.judge) == who.judge,
+            col(LabelCache.model) == who.model,
+            col(LabelCache.prompt_version) == who.prompt_version,
+            col(LabelCache.query_hash).in_(sorted(wanted)),
+            col(LabelCache.passage_hash).in_(every_passage),
+        )
+    )
+    return {
+        (query_hash, passage_hash): int(grade)
+        for query_hash, passage_hash, grade in rows
+        if passage_hash in wanted.get(query_hash, ())
+    }
+
+
+def scored_event_pks(session: Session, event_pks: Sequence[int], who: JudgeIdentity) -> set[int]:
+    """The events among ``event_pks`` that already have a score under this judge and version."""
+    if not event_pks:
+        return set()
+    rows = session.execute(
+        select(col(Score.event_pk)).where(
+            col(Score.event_pk).in_(list(event_pks)),
+            col(Score.judge) == who.judge,
+            col(Score.prompt_version) == who.prompt_version,
+        )
+    )
+    return {int(row[0]) for row in rows}
+
+
 @dataclass(frozen=True)
 class JudgingResult:
     grades: Sequence[int | None]  # per passage in rank order, as in EventForJudging.passages
@@ -411,10 +515,11 @@ class JudgingResult:
 
 @dataclass(frozen=True)
 class StoredScore:
-    """An event's score under one judge and prompt version, with the run that produced it."""
+    """An event's score under one judge and prompt version, with the run that produced it, as
+    column values (the scores and judge_runs rows)."""
 
-    score: Score
-    run: JudgeRun | None
+    score: Mapping[str, Any]
+    run: Mapping[str, Any] | None
 
 
 def stored_score(session: Session, event_pk: int, who: JudgeIdentity) -> StoredScore:
@@ -432,7 +537,90 @@ def stored_score(session: Session, event_pk: int, who: JudgeIdentity) -> StoredS
             col(JudgeRun.prompt_version) == who.prompt_version,
         )
     ).scalar_one_or_none()
-    return StoredScore(score, run)
+    return StoredScore(score.model_dump(), run.model_dump() if run is not None else None)
+
+
+@dataclass(frozen=True)
+class _JudgingRows:
+    judgments: list[dict[str, Any]]
+    run: dict[str, Any]
+    cache: list[dict[str, Any]]
+    score: dict[str, Any]
+
+
+# Rows are built as plain dicts: a slice writes hundreds of them, and constructing ORM objects
+# (attribute instrumentation on every field) cost more than the inserts themselves.
+_SCORE_MEASURES = frozenset(Score.model_fields) - {
+    "id",
+    "event_pk",
+    "judge",
+    "prompt_version",
+    "alpha",
+    "np_window",
+    "created_at",
+}
+
+
+def _judging_rows(
+    event: EventForJudging, who: JudgeIdentity, result: JudgingResult, now: datetime
+) -> _JudgingRows:
+    judgments = [
+        {
+            "event_pk": event.pk,
+            "rank": passage.rank,
+            "judge": who.judge,
+            "model": who.model,
+            "prompt_version": who.prompt_version,
+            "grade": grade,
+            "relevant": None if grade is None else grade >= result.threshold,
+            "from_cache": cached,
+            "created_at": now,
+        }
+        for passage, grade, cached in zip(
+            event.passages, result.grades, result.from_cache, strict=True
+        )
+    ]
+    run = {
+        "event_pk": event.pk,
+        "judge": who.judge,
+        "model": who.model,
+        "prompt_version": who.prompt_version,
+        "context_rating": result.context_rating,
+        "calls": result.calls,
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "cache_hits": sum(result.from_cache),
+        "missing_labels": sum(g is None for g in result.grades),
+        "malformed_replies": result.malformed_replies,
+        "created_at": now,
+    }
+    cache = [
+        {
+            "judge": who.judge,
+            "model": who.model,
+            "prompt_version": who.prompt_version,
+            "query_hash": result.query_hash,
+            "passage_hash": passage_hash,
+            "grade": grade,
+            "created_at": now,
+        }
+        for passage_hash, grade in result.new_cache_entries.items()
+    ]
+    score: dict[str, Any] = dict.fromkeys(_SCORE_MEASURES)
+    score.update(
+        (name, None if value is None else float(value))
+        for name, value in result.measures.items()
+        if name in _SCORE_MEASURES
+    )
+    score.update(
+        event_pk=event.pk,
+        judge=who.judge,
+        prompt_version=who.prompt_version,
+        alpha=result.alpha,
+        np_window=result.np_window,
+        created_at=now,
+    )
+    return _JudgingRows(judgments, run, cache, score)
 
 
 def store_judging(
@@ -444,86 +632,51 @@ def store_judging(
     task), in which case nothing is written. What it wrote comes back, so exporting it needs no
     second read.
     """
-    if score_exists(session, event.pk, who):
-        return None
+    return store_judging_many(session, who, [(event, result)]).get(event.pk)
+
+
+def store_judging_many(
+    session: Session,
+    who: JudgeIdentity,
+    judged: Sequence[tuple[EventForJudging, JudgingResult]],
+) -> dict[int, StoredScore]:
+    """``store_judging`` for many events with one statement per table (the caller commits).
+
+    Events that already have a score are left out of the writes and of the answer. A concurrent
+    writer of the same score makes the commit fail on the unique keys instead; the caller rolls
+    back and stores one event at a time.
+    """
+    scored = scored_event_pks(session, [event.pk for event, _ in judged], who)
     now = utcnow()
-    session.execute(
-        table(Judgment).insert(),
-        [
-            {
-                "event_pk": event.pk,
-                "rank": passage.rank,
-                "judge": who.judge,
-                "model": who.model,
-                "prompt_version": who.prompt_version,
-                "grade": grade,
-                "relevant": None if grade is None else grade >= result.threshold,
-                "from_cache": cached,
-                "created_at": now,
-            }
-            for passage, grade, cached in zip(
-                event.passages, result.grades, result.from_cache, strict=True
-            )
-        ],
-    )
-    run = JudgeRun(
-        event_pk=event.pk,
-        judge=who.judge,
-        model=who.model,
-        prompt_version=who.prompt_version,
-        context_rating=result.context_rating,
-        calls=result.calls,
-        prompt_tokens=result.prompt_tokens,
-        completion_tokens=result.completion_tokens,
-        cache_hits=sum(result.from_cache),
-        missing_labels=sum(g is None for g in result.grades),
-        malformed_replies=result.malformed_replies,
-        created_at=now,
-    )
-    session.add(run)
-    _insert_ignore(
-        session,
-        LabelCache,
-        [
-            {
-                "judge": who.judge,
-                "model": who.model,
-                "prompt_version": who.prompt_version,
-                "query_hash": result.query_hash,
-                "passage_hash": passage_hash,
-                "grade": grade,
-                "created_at": now,
-            }
-            for passage_hash, grade in result.new_cache_entries.items()
-        ],
-    )
-    measure_columns = {
-        name: value for name, value in result.measures.items() if name in Score.model_fields
+    rows = {
+        event.pk: _judging_rows(event, who, result, now)
+        for event, result in judged
+        if event.pk not in scored
     }
-    measure_columns.pop("alpha", None)
-    score = Score.model_validate(
-        {
-            "event_pk": event.pk,
-            "judge": who.judge,
-            "prompt_version": who.prompt_version,
-            "alpha": result.alpha,
-            "np_window": result.np_window,
-            "created_at": now,
-            **measure_columns,
-        }
-    )
-    session.add(score)
+    if not rows:
+        return {}
+    session.execute(table(Judgment).insert(), [row for r in rows.values() for row in r.judgments])
+    session.execute(table(JudgeRun).insert(), [r.run for r in rows.values()])
+    # One row per pair even if two results carry it (a statement may not hit its own conflict).
+    cache = {
+        (row["query_hash"], row["passage_hash"]): row for r in rows.values() for row in r.cache
+    }
+    _insert_ignore(session, LabelCache, list(cache.values()))
+    session.execute(table(Score).insert(), [r.score for r in rows.values()])
     session.execute(
         update(Event)
-        .where(col(Event.id) == event.pk)
+        .where(col(Event.id).in_(list(rows)))
         .values(status=EventStatus.JUDGED.value, judged_at=now, failure_reason=None)
     )
-    return StoredScore(score, run)
+    return {pk: StoredScore(r.score, r.run) for pk, r in rows.items()}
 
 
-def erase_passage_texts(session: Session, event_pk: int) -> None:
-    """Keep only the content hashes of an event's passages (hash_after_judging storage)."""
-    session.execute(update(Passage).where(col(Passage.event_pk) == event_pk).values(text=""))
+def erase_passage_texts(session: Session, event_pks: Sequence[int]) -> None:
+    """Keep only the content hashes of events' passages (hash_after_judging storage)."""
+    if event_pks:
+        session.execute(
+            update(Passage).where(col(Passage.event_pk).in_(list(event_pks))).values(text="")
+        )
 
 
 def purge_texts(session: Session, received_before: datetime, limit: int) -> int:

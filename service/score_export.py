@@ -3,11 +3,12 @@ and recomputed from the database when the aggregates must be rebuilt."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from service.aggregates import Delta
 from service.metrics import MEASURE_BUCKETS
-from service.models import JudgeRun, Score
 
 # Measures present even when the judge's labels are missing (they do not come from those labels).
 _NOT_FROM_LABELS = {"context_relevance", "recall", "f", "ndcg_gold"}
@@ -28,7 +29,10 @@ def done_key(event_pk: int, judge: str, prompt_version: str) -> str:
     return f"{event_pk}:{judge}:{prompt_version}"
 
 
-def score_delta(who: ExportLabels, score: Score, run: JudgeRun | None) -> Delta:
+def score_delta(
+    who: ExportLabels, score: Mapping[str, Any], run: Mapping[str, Any] | None
+) -> Delta:
+    """``score`` and ``run`` are the column values of the scores and judge_runs rows."""
     labels = {
         "app": who.app,
         "retriever": who.retriever,
@@ -40,7 +44,7 @@ def score_delta(who: ExportLabels, score: Score, run: JudgeRun | None) -> Delta:
     delta.inc("events_judged", labels)
     any_measure = False
     for measure in MEASURE_BUCKETS:
-        value = getattr(score, measure)
+        value = score[measure]
         if value is not None:
             delta.observe(f"measure_{measure}", labels, float(value))
             any_measure = any_measure or measure not in _NOT_FROM_LABELS
@@ -49,18 +53,19 @@ def score_delta(who: ExportLabels, score: Score, run: JudgeRun | None) -> Delta:
     if run is None:
         return delta
     judge = {"judge": who.judge}
-    delta.inc("judge_labels", judge, who.judged_passages - run.missing_labels)
-    if run.missing_labels:
-        delta.inc("judge_labels_missing", judge, run.missing_labels)
-    if run.cache_hits:
-        delta.inc("judge_cache_hits", judge, run.cache_hits)
-    ok_calls = run.calls - run.malformed_replies
+    missing, malformed = run["missing_labels"], run["malformed_replies"]
+    delta.inc("judge_labels", judge, who.judged_passages - missing)
+    if missing:
+        delta.inc("judge_labels_missing", judge, missing)
+    if run["cache_hits"]:
+        delta.inc("judge_cache_hits", judge, run["cache_hits"])
+    ok_calls = run["calls"] - malformed
     if ok_calls > 0:
         delta.inc("judge_calls", {**judge, "outcome": "ok"}, ok_calls)
-    if run.malformed_replies:
-        delta.inc("judge_calls", {**judge, "outcome": "malformed"}, run.malformed_replies)
-    if run.prompt_tokens:
-        delta.inc("judge_tokens", {**judge, "kind": "prompt"}, run.prompt_tokens)
-    if run.completion_tokens:
-        delta.inc("judge_tokens", {**judge, "kind": "completion"}, run.completion_tokens)
+    if malformed:
+        delta.inc("judge_calls", {**judge, "outcome": "malformed"}, malformed)
+    if run["prompt_tokens"]:
+        delta.inc("judge_tokens", {**judge, "kind": "prompt"}, run["prompt_tokens"])
+    if run["completion_tokens"]:
+        delta.inc("judge_tokens", {**judge, "kind": "completion"}, run["completion_tokens"])
     return delta

@@ -127,6 +127,24 @@ class Settings(BaseSettings):
     tenant_burst_events: float = Field(
         1_000.0, ge=1, description="Events a tenant may send at once above its rate."
     )
+    judge_concurrency: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description=(
+            "Judge calls in flight at once in each worker process (the LLM judge; the local "
+            "judge computes one at a time)."
+        ),
+    )
+    judge_slice_events: int = Field(
+        16,
+        ge=1,
+        le=500,
+        description=(
+            "Events one judge task takes: loaded, judged and stored together. Larger slices cost "
+            "fewer round trips per event; smaller ones spread a burst over more worker processes."
+        ),
+    )
     judge_calls_per_second: float = Field(
         0.0,
         ge=0,

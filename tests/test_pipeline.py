@@ -306,4 +306,6 @@ def test_lost_tasks_are_swept_back_and_backlog_is_exported(
         for i in range(3):
             assert wait_status(client, f"lost-{i}")["measures"]["precision"] == 0.5
         assert metric(client, "retrieval_monitor_events_pending") == 0
+        # The export follows the commit that made the status "judged".
+        wait_for(lambda: metric(client, "retrieval_monitor_events_judged_total") >= 3)
         assert metric(client, "retrieval_monitor_events_judged_total") == 3

@@ -14,7 +14,7 @@ from celery import Celery
 from celery.signals import worker_init
 from redis import Redis
 
-from service.queue import JUDGE_TASK, PURGE_TASK, SWEEP_TASK
+from service.queue import JUDGE_SLICE_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK
 from service.redis_check import eviction_problem
 from service.settings import get_settings
 
@@ -47,7 +47,10 @@ def make_celery() -> Celery:
                 "options": {"queue": settings.queue_name},
             },
         },
-        task_routes={JUDGE_TASK: {"queue": settings.queue_name}},
+        task_routes={
+            JUDGE_TASK: {"queue": settings.queue_name},
+            JUDGE_SLICE_TASK: {"queue": settings.queue_name},
+        },
     )
     return app
 

@@ -1,5 +1,8 @@
-"""Judging one event: cached labels first, one judge call for the rest, then measures, stored in
-one transaction, then exported once.
+"""Judging a slice of events: cached labels first, one judge call per event for the rest (several
+calls in flight at once), then measures, stored in one transaction, then exported once.
+
+A slice costs a fixed number of round trips whatever its size: one query loads its events, one
+reads their cached labels, one transaction stores every score, one Redis pipeline exports them.
 
 Every step can run twice (a redelivered task, a crash between the commit and the export) without
 counting twice: the score row is unique per (event, judge, prompt version), and the export is
@@ -10,29 +13,32 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session
 
 from service import repository
 from service.aggregates import Delta
-from service.budget import reserve_call, settle_call
+from service.budget import BudgetExhaustedError, reserve_call, settle_call
 from service.db import session_scope
 from service.measures import EventLabels, compute_measures
 from service.models import EventStatus
 from service.ratelimit import TokenBucket
-from service.repository import EventForJudging, JudgeIdentity
+from service.repository import EventForJudging, JudgeIdentity, StoredScore
 from service.runtime import Runtime
 from service.score_export import ExportLabels, done_key, score_delta
-from workers.judge.base import Judge
+from workers.judge.base import Judge, JudgeReply, TransientJudgeError
 from workers.judge.prompt import JudgeRequest
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["judged", "already_judged", "not_found", "skipped"]
+Outcome = Literal["judged", "already_judged", "not_found", "skipped", "retry", "over_budget"]
 
 
 def context_cache_key(event: EventForJudging) -> str:
@@ -64,61 +70,232 @@ def plan_call(event: EventForJudging, cached: dict[str, int]) -> Plan:
     return Plan(send=send, rate_context=rate_context)
 
 
+@dataclass
+class SliceResult:
+    """What happened to each event of a slice, and the errors of those left for later."""
+
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    transient: dict[int, TransientJudgeError] = field(default_factory=dict)
+    over_budget: dict[int, BudgetExhaustedError] = field(default_factory=dict)
+
+
+@dataclass
+class _Work:
+    """One event on its way through the slice."""
+
+    event: EventForJudging
+    query_hash: str
+    ctx_key: str
+    cached: dict[str, int] = field(default_factory=dict)  # labels known before its call
+    plan: Plan = field(default_factory=lambda: Plan([], False))
+    reply: JudgeReply | None = None
+
+
 def judge_event(runtime: Runtime, judge: Judge, event_pk: int, force: bool = False) -> Outcome:
-    settings = runtime.settings
+    """Judge one event; a judge failure or a spent budget is raised for the task to handle."""
+    result = judge_events(runtime, judge, [event_pk], force=force)
+    if event_pk in result.over_budget:
+        raise result.over_budget[event_pk]
+    if event_pk in result.transient:
+        raise result.transient[event_pk]
+    return result.outcomes[event_pk]
+
+
+def judge_events(
+    runtime: Runtime, judge: Judge, event_pks: Sequence[int], force: bool = False
+) -> SliceResult:
+    """Judge a slice of events. ``force`` also judges events that sampling or shedding skipped.
+
+    Events the judge could not grade now (it failed, or the app's budget is spent) come back in
+    ``transient`` and ``over_budget``, unwritten, for the caller to retry or defer.
+    """
     who = judge.identity
+    result = SliceResult()
     with session_scope(runtime.engine) as session:
-        event = repository.load_for_judging(session, event_pk)
-        if event is None:
-            log.warning("judge task for unknown event", extra={"event_pk": event_pk})
-            return "not_found"
-        if repository.score_exists(session, event_pk, who):
-            export(runtime, session, event, who)
-            return "already_judged"
-        # Skipped by sampling, budget or shedding while the task waited in the queue.
-        if event.status == EventStatus.SKIPPED and not force:
-            return "skipped"
+        events = repository.load_many_for_judging(session, event_pks)
+        scored = repository.scored_event_pks(session, [e.pk for e in events], who)
+        work = [
+            _Work(e, repository.text_hash(e.query), context_cache_key(e))
+            for e in events
+            if e.pk not in scored and (force or e.status != EventStatus.SKIPPED)
+        ]
+        wanted: dict[str, set[str]] = {}
+        for item in work:
+            hashes = wanted.setdefault(item.query_hash, set())
+            hashes.update(p.content_hash for p in item.event.passages)
+            hashes.add(item.ctx_key)
+        known = repository.cached_labels_many(session, who, wanted)
+        # A redelivered task: the score is stored, the export may not have happened.
+        redelivered = {
+            e.pk: (e, repository.stored_score(session, e.pk, who)) for e in events if e.pk in scored
+        }
+    found = {e.pk for e in events}
+    for pk in event_pks:
+        if pk not in found:
+            log.warning("judge task for unknown event", extra={"event_pk": pk})
+            result.outcomes[pk] = "not_found"
+    for e in events:
+        if e.pk in scored:
+            result.outcomes[e.pk] = "already_judged"
+        elif e.status == EventStatus.SKIPPED and not force:
+            result.outcomes[e.pk] = "skipped"
 
-        query_hash = repository.text_hash(event.query)
-        ctx_key = context_cache_key(event)
-        cached = repository.cached_labels(
-            session, who, query_hash, [p.content_hash for p in event.passages] + [ctx_key]
-        )
-    plan = plan_call(event, cached)
+    calls = _Calls(known, result)
+    done = _call_judge(runtime, judge, work, calls)
+    stored = _store(runtime, who, done)
+    for item in done:
+        result.outcomes[item.event.pk] = "judged" if item.event.pk in stored else "already_judged"
+    exports = [
+        (item.event, stored[item.event.pk], item.reply) for item in done if item.event.pk in stored
+    ]
+    exports.extend((event, score, None) for event, score in redelivered.values())
+    _export(runtime, who, exports, calls.spend)
+    return result
 
-    by_hash: dict[str, int | None] = {h: g for h, g in cached.items() if not h.startswith("ctx:")}
-    context_rating = cached.get(ctx_key)
-    new_entries: dict[str, int] = {}
-    calls = prompt_tokens = completion_tokens = malformed = 0
-    latency: float | None = None
-    output_modes: dict[str, int] = {}
-    if plan.send:
-        request = JudgeRequest(
-            query=event.query,
-            passages=tuple(event.passages[i].text for i in plan.send),
-            rate_context=plan.rate_context,
-            top_k_count=min(event.k, len(event.passages)) if plan.rate_context else 0,
-        )
-        held = reserve_call(runtime, event.app, who.model, [event.query, *request.passages])
+
+@dataclass
+class _Calls:
+    """What the slice's judge calls have given so far."""
+
+    known: dict[tuple[str, str], int]  # (query hash, passage hash or ctx key) -> grade
+    result: SliceResult
+    spend: Delta = field(default_factory=Delta)
+    finished: list[_Work] = field(default_factory=list)
+
+    def take(
+        self, item: _Work, answer: Callable[[], tuple[JudgeReply, Delta]], *, final: bool
+    ) -> bool:
+        """Record one call's outcome; False if the budget refused it and ``final`` is not set."""
+        pk = item.event.pk
         try:
-            wait_for_judge_budget(runtime)
-            reply = judge.judge(request)
-        except BaseException:  # a call that never answered releases its reservation
-            settle_call(runtime, held, event.app, who.judge, who.model, 0, 0, 0)
-            raise
-        settle_call(
-            runtime,
-            held,
-            event.app,
-            who.judge,
-            who.model,
-            reply.calls,
-            reply.prompt_tokens,
-            reply.completion_tokens,
-        )
-        calls, malformed, latency = reply.calls, reply.malformed_replies, reply.latency_seconds
-        output_modes = reply.output_modes
-        prompt_tokens, completion_tokens = reply.prompt_tokens, reply.completion_tokens
+            reply, spent = answer()
+        except TransientJudgeError as exc:
+            self.result.transient[pk] = exc
+            self.result.outcomes[pk] = "retry"
+            return True
+        except BudgetExhaustedError as exc:
+            if not final:
+                return False
+            self.result.over_budget[pk] = exc
+            self.result.outcomes[pk] = "over_budget"
+            return True
+        self.spend.merge(spent)
+        item.reply = reply
+        _learn(item, self.known)
+        self.finished.append(item)
+        return True
+
+
+def _call_judge(runtime: Runtime, judge: Judge, work: list[_Work], calls: _Calls) -> list[_Work]:
+    """Grade what the cache does not know, in rounds, several calls at once.
+
+    Two events of a slice that need the same (query, passage) label must not both pay for it:
+    the later one waits a round and finds it cached, exactly as if the slice ran one event at
+    a time. The events come back with their plans and replies, ready to store.
+    """
+    pending = work
+    while pending:
+        claimed: set[tuple[str, str]] = set()
+        this_round: list[_Work] = []
+        deferred: list[_Work] = []
+        for item in pending:
+            item.cached = _cached_for(item, calls.known)
+            item.plan = plan_call(item.event, item.cached)
+            passages = item.event.passages
+            keys = {(item.query_hash, passages[i].content_hash) for i in item.plan.send}
+            if item.plan.rate_context:
+                keys.add((item.query_hash, item.ctx_key))
+            if keys & claimed:
+                deferred.append(item)
+                continue
+            claimed |= keys
+            this_round.append(item)
+        calls.finished.extend(item for item in this_round if not item.plan.send)
+        asking = [item for item in this_round if item.plan.send]
+        if len(asking) == 1:
+            calls.take(asking[0], partial(_ask, runtime, judge, asking[0]), final=True)
+        elif asking:
+            pool = _call_pool(judge.max_concurrency)
+            futures = [(item, pool.submit(_ask, runtime, judge, item)) for item in asking]
+            refused = [item for item, f in futures if not calls.take(item, f.result, final=False)]
+            # Refused while the slice's other calls held reservations: asked again one at a
+            # time, now that those are settled, so concurrency never spends a budget early.
+            for item in refused:
+                calls.take(item, partial(_ask, runtime, judge, item), final=True)
+        pending = deferred
+    return calls.finished
+
+
+_pool: tuple[int, int, ThreadPoolExecutor] | None = None
+
+
+def _call_pool(size: int) -> ThreadPoolExecutor:
+    """The process's threads for judge calls, made on first use (after Celery forks the process:
+    threads do not survive a fork) and kept, since starting them per slice cost more than the
+    calls they overlapped."""
+    global _pool
+    if _pool is None or _pool[0] != os.getpid() or _pool[1] != size:
+        _pool = (os.getpid(), size, ThreadPoolExecutor(size, thread_name_prefix="judge-call"))
+    return _pool[2]
+
+
+def _cached_for(item: _Work, known: dict[tuple[str, str], int]) -> dict[str, int]:
+    cached: dict[str, int] = {}
+    for key in [p.content_hash for p in item.event.passages] + [item.ctx_key]:
+        grade = known.get((item.query_hash, key))
+        if grade is not None:
+            cached[key] = grade
+    return cached
+
+
+def _learn(item: _Work, known: dict[tuple[str, str], int]) -> None:
+    """Make the grades of ``item``'s reply visible to the slice's later events."""
+    assert item.reply is not None
+    for index, grade in zip(item.plan.send, item.reply.grades, strict=True):
+        if grade is not None:
+            known[(item.query_hash, item.event.passages[index].content_hash)] = grade
+    if item.plan.rate_context and item.reply.context_rating is not None:
+        known[(item.query_hash, item.ctx_key)] = item.reply.context_rating
+
+
+def _ask(runtime: Runtime, judge: Judge, item: _Work) -> tuple[JudgeReply, Delta]:
+    """One judge call for one event, within the app's budget and the shared call rate."""
+    event, plan, who = item.event, item.plan, judge.identity
+    request = JudgeRequest(
+        query=event.query,
+        passages=tuple(event.passages[i].text for i in plan.send),
+        rate_context=plan.rate_context,
+        top_k_count=min(event.k, len(event.passages)) if plan.rate_context else 0,
+    )
+    held = reserve_call(runtime, event.app, who.model, [event.query, *request.passages])
+    try:
+        wait_for_judge_budget(runtime)
+        reply = judge.judge(request)
+    except BaseException:  # a call that never answered releases its reservation
+        settle_call(runtime, held, event.app, who.judge, who.model, 0, 0, 0)
+        raise
+    spent = settle_call(
+        runtime,
+        held,
+        event.app,
+        who.judge,
+        who.model,
+        reply.calls,
+        reply.prompt_tokens,
+        reply.completion_tokens,
+    )
+    return reply, spent
+
+
+def _judging_result(runtime: Runtime, item: _Work) -> repository.JudgingResult:
+    settings = runtime.settings
+    event, plan, reply = item.event, item.plan, item.reply
+    by_hash: dict[str, int | None] = {
+        h: g for h, g in item.cached.items() if not h.startswith("ctx:")
+    }
+    context_rating = item.cached.get(item.ctx_key)
+    new_entries: dict[str, int] = {}
+    if reply is not None:
         for index, grade in zip(plan.send, reply.grades, strict=True):
             content_hash = event.passages[index].content_hash
             if grade is not None:
@@ -129,12 +306,11 @@ def judge_event(runtime: Runtime, judge: Judge, event_pk: int, force: bool = Fal
         if plan.rate_context:
             context_rating = reply.context_rating
             if context_rating is not None:
-                new_entries[ctx_key] = context_rating
-
+                new_entries[item.ctx_key] = context_rating
     sent_hashes = {event.passages[i].content_hash for i in plan.send}
     grades = [by_hash.get(p.content_hash) for p in event.passages]
     from_cache = [
-        p.content_hash in cached and p.content_hash not in sent_hashes for p in event.passages
+        p.content_hash in item.cached and p.content_hash not in sent_hashes for p in event.passages
     ]
     gold = set(event.gold_passage_ids) if event.gold_passage_ids is not None else None
     labels = EventLabels(
@@ -146,91 +322,95 @@ def judge_event(runtime: Runtime, judge: Judge, event_pk: int, force: bool = Fal
         n_gold=len(gold) if gold is not None else None,
     )
     measures = compute_measures(labels, settings.alpha)
-    result = repository.JudgingResult(
+    return repository.JudgingResult(
         grades=grades,
         from_cache=from_cache,
         context_rating=context_rating,
-        calls=calls,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        malformed_replies=malformed,
+        calls=reply.calls if reply else 0,
+        prompt_tokens=reply.prompt_tokens if reply else 0,
+        completion_tokens=reply.completion_tokens if reply else 0,
+        malformed_replies=reply.malformed_replies if reply else 0,
         new_cache_entries=new_entries,
-        query_hash=query_hash,
+        query_hash=item.query_hash,
         measures=measures,
         np_window=int(measures.get("np_window") or 0),
         alpha=settings.alpha,
         threshold=settings.relevance_threshold,
     )
-    with session_scope(runtime.engine) as session:
-        stored: repository.StoredScore | None
-        try:
-            stored = repository.store_judging(session, event, who, result)
-            if stored and settings.passage_text_storage == "hash_after_judging":
-                repository.erase_passage_texts(session, event.pk)
+
+
+_Judged = tuple[EventForJudging, repository.JudgingResult]
+
+
+def _store(runtime: Runtime, who: JudgeIdentity, done: list[_Work]) -> dict[int, StoredScore]:
+    """Store the slice in one transaction; what a concurrent delivery stored first stands."""
+    if not done:
+        return {}
+    judged = [(item.event, _judging_result(runtime, item)) for item in done]
+    erase = runtime.settings.passage_text_storage == "hash_after_judging"
+
+    def write(batch: list[_Judged]) -> dict[int, StoredScore]:
+        with session_scope(runtime.engine) as session:
+            stored = repository.store_judging_many(session, who, batch)
+            if erase:
+                repository.erase_passage_texts(session, list(stored))
             session.commit()
-        except IntegrityError:
-            # The same event judged by a concurrent delivery of the task: theirs stands.
-            session.rollback()
-            stored = None
-        if latency is not None and stored:
-            _observe_latency(runtime, who, latency)
-            _count_output_modes(runtime, who, output_modes)
-        export(runtime, session, event, who, stored)
-    return "judged" if stored else "already_judged"
+            return stored
+
+    try:
+        return write(judged)
+    except IntegrityError:
+        # Another delivery stored one of these events meanwhile: store the rest one by one.
+        stored: dict[int, StoredScore] = {}
+        for one in judged:
+            try:
+                stored.update(write([one]))
+            except IntegrityError:
+                continue
+        return stored
 
 
-def wait_for_judge_budget(runtime: Runtime) -> None:
+def _export(
+    runtime: Runtime,
+    who: JudgeIdentity,
+    exports: list[tuple[EventForJudging, StoredScore, JudgeReply | None]],
+    extra: Delta,
+) -> None:
+    """Add each event's score and judging cost to the shared aggregates, once per event, and the
+    slice's spend figures, in one round trip."""
+    now = repository.utcnow()
+    deltas: list[tuple[str, Delta]] = []
+    for event, stored, reply in exports:
+        delta = score_delta(
+            ExportLabels(
+                app=event.app,
+                retriever=event.retriever,
+                environment=event.environment,
+                judge=who.judge,
+                prompt_version=who.prompt_version,
+                judged_passages=len(event.passages),
+            ),
+            stored.score,
+            stored.run,
+        )
+        delta.observe(
+            "pipeline_lag_seconds",
+            {"app": event.app},
+            max((now - event.received_at).total_seconds(), 0.0),
+        )
+        if reply is not None:
+            delta.observe("judge_latency_seconds", {"judge": who.judge}, reply.latency_seconds)
+            for mode, count in reply.output_modes.items():
+                delta.inc("judge_output_mode", {"judge": who.judge, "mode": mode}, count)
+        deltas.append((done_key(event.pk, who.judge, who.prompt_version), delta))
+    runtime.aggregates.add_many_once(deltas, extra)
+
+
+def wait_for_judge_budget(runtime: Runtime, sleep: Callable[[float], None] = time.sleep) -> None:
     """Hold the call until the shared judge rate allows it (all workers draw on one bucket)."""
     rate = runtime.settings.judge_calls_per_second
     if rate <= 0:
         return
     bucket = TokenBucket(runtime.redis, "judge", rate, burst=max(1.0, rate))
     while not (decision := bucket.take()).allowed:
-        time.sleep(min(decision.retry_after_seconds, 5.0))
-
-
-def _observe_latency(runtime: Runtime, who: JudgeIdentity, seconds: float) -> None:
-    delta = Delta()
-    delta.observe("judge_latency_seconds", {"judge": who.judge}, seconds)
-    runtime.aggregates.add(delta)
-
-
-def _count_output_modes(runtime: Runtime, who: JudgeIdentity, modes: dict[str, int]) -> None:
-    delta = Delta()
-    for mode, count in modes.items():
-        delta.inc("judge_output_mode", {"judge": who.judge, "mode": mode}, count)
-    runtime.aggregates.add(delta)
-
-
-def export(
-    runtime: Runtime,
-    session: Session,
-    event: EventForJudging,
-    who: JudgeIdentity,
-    stored: repository.StoredScore | None = None,
-) -> bool:
-    """Add this event's score and judging cost to the shared aggregates, once.
-
-    ``stored`` is what this delivery just wrote; a redelivery reads it back instead.
-    """
-    if stored is None:
-        stored = repository.stored_score(session, event.pk, who)
-    score, run = stored.score, stored.run
-    delta = score_delta(
-        ExportLabels(
-            app=event.app,
-            retriever=event.retriever,
-            environment=event.environment,
-            judge=who.judge,
-            prompt_version=who.prompt_version,
-            judged_passages=len(event.passages),
-        ),
-        score,
-        run,
-    )
-    delta.observe(
-        "pipeline_lag_seconds",
-        {"app": event.app},
-        max((repository.utcnow() - event.received_at).total_seconds(), 0.0),
-    )
-    return runtime.aggregates.add_once(done_key(event.pk, who.judge, who.prompt_version), delta)
+        sleep(min(decision.retry_after_seconds, 5.0))

@@ -4,6 +4,7 @@ importing this module. A task opens what it needs and calls the judging code; it
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from functools import cache
 
 from celery import Task
@@ -12,7 +13,14 @@ from service import repository, spend_repository
 from service.aggregates import Delta
 from service.budget import BudgetExhaustedError
 from service.db import session_scope
-from service.queue import FANOUT_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK
+from service.queue import (
+    FANOUT_TASK,
+    JUDGE_SLICE_TASK,
+    JUDGE_TASK,
+    PURGE_TASK,
+    SWEEP_TASK,
+    slices,
+)
 from service.rebuild import ensure_aggregates
 from service.rejudge import OVERRIDABLE
 from service.runtime import Runtime
@@ -70,9 +78,7 @@ def judge_event(self: Task, event_pk: int, judge_overrides: dict[str, str] | Non
             exc=exc, countdown=countdown, max_retries=self.request.retries + 1
         ) from exc
     except TransientJudgeError as exc:
-        delta = Delta()
-        delta.inc("judge_failures", {"judge": current.identity.judge, "reason": exc.reason})
-        rt.aggregates.add(delta)
+        _count_failures(rt, current, [exc])
         if self.request.retries >= MAX_TASK_RETRIES:
             _give_up(rt, current, event_pk, f"judge unavailable: {exc.reason}")
             return "failed"
@@ -132,13 +138,50 @@ def _give_up(rt: Runtime, current: Judge, event_pk: int, reason: str) -> None:
         rt.aggregates.add_once(f"failed:{event_pk}:{who.judge}:{who.prompt_version}", delta)
 
 
-@app.task(name=FANOUT_TASK)  # type: ignore[untyped-decorator]
-def fan_out(event_pks: list[int]) -> int:
-    """One judge task per event of an accepted batch (sent once by the API for the batch)."""
-    queue = runtime().settings.queue_name
+@app.task(name=JUDGE_SLICE_TASK, bind=True)  # type: ignore[untyped-decorator]
+def judge_slice(self: Task, event_pks: list[int]) -> dict[str, int]:
+    """Judge a slice of events together; an event whose judge call failed goes on alone."""
+    rt = runtime()
+    current = judge()
+    result = judging.judge_events(rt, current, event_pks)
+    for pk, refused in result.over_budget.items():
+        _over_budget(rt, pk, refused)
+    if result.transient:
+        _count_failures(rt, current, list(result.transient.values()))
+        # Each failed event gets the single-event task, with its retries and backoff; the rest of
+        # the slice is stored already and is not held back by them.
+        queue = _queue_of(self, rt)
+        with app.producer_or_acquire() as producer:
+            for pk in result.transient:
+                app.send_task(JUDGE_TASK, args=[pk], queue=queue, countdown=4, producer=producer)
+        log.warning(
+            "judge failed for part of a slice, retrying those events alone",
+            extra={"events": len(result.transient), "slice": len(event_pks)},
+        )
+    return dict(Counter(result.outcomes.values()))
+
+
+def _count_failures(rt: Runtime, current: Judge, errors: list[TransientJudgeError]) -> None:
+    delta = Delta()
+    for exc in errors:
+        delta.inc("judge_failures", {"judge": current.identity.judge, "reason": exc.reason})
+    rt.aggregates.add(delta)
+
+
+def _queue_of(task: Task, rt: Runtime) -> str:
+    """The queue this task came from, so urgent events stay urgent down the line."""
+    delivery = getattr(task.request, "delivery_info", None) or {}
+    return str(delivery.get("routing_key") or rt.settings.queue_name)
+
+
+@app.task(name=FANOUT_TASK, bind=True)  # type: ignore[untyped-decorator]
+def fan_out(self: Task, event_pks: list[int]) -> int:
+    """Cut an accepted batch (sent once by the API) into judge tasks of a slice each."""
+    rt = runtime()
+    queue = _queue_of(self, rt)
     with app.producer_or_acquire() as producer:
-        for pk in event_pks:
-            app.send_task(JUDGE_TASK, args=[pk], queue=queue, producer=producer)
+        for part in slices(event_pks, rt.settings.judge_slice_events):
+            app.send_task(JUDGE_SLICE_TASK, args=[part], queue=queue, producer=producer)
     return len(event_pks)
 
 
@@ -174,9 +217,9 @@ def sweep_pending() -> int:
     with session_scope(rt.engine) as session:
         pks = repository.pending_to_requeue(session, stale_before, limit=10_000)
         with app.producer_or_acquire() as producer:
-            for pk in pks:
+            for part in slices(pks, rt.settings.judge_slice_events):
                 app.send_task(
-                    JUDGE_TASK, args=[pk], queue=rt.settings.queue_name, producer=producer
+                    JUDGE_SLICE_TASK, args=[part], queue=rt.settings.queue_name, producer=producer
                 )
         repository.mark_enqueued(session, pks, now)
         session.commit()

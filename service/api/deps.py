@@ -30,7 +30,11 @@ class AppState:
 
     @classmethod
     def build(cls, runtime: Runtime) -> AppState:
-        sender = TaskSender(runtime.settings.redis_url, runtime.settings.queue_name)
+        sender = TaskSender(
+            runtime.settings.redis_url,
+            runtime.settings.queue_name,
+            runtime.settings.judge_slice_events,
+        )
 
         def pipeline_state() -> PipelineState:
             with session_scope(runtime.engine) as session:

@@ -35,5 +35,7 @@ class TransientJudgeError(RuntimeError):
 
 class Judge(Protocol):
     identity: JudgeIdentity
+    # How many ``judge`` calls one worker process may have in flight at once.
+    max_concurrency: int
 
     def judge(self, request: JudgeRequest) -> JudgeReply: ...

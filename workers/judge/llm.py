@@ -19,11 +19,9 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import cast
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
-from openai.types.chat.completion_create_params import ResponseFormat
 from redis import Redis
 
 from service.repository import JudgeIdentity
@@ -60,6 +58,8 @@ class _Tally:
 class LlmJudge:
     def __init__(self, settings: Settings, redis: Redis | None = None) -> None:
         self.settings = settings
+        # Calls wait on the server, not on this process: several can be in flight at once.
+        self.max_concurrency = settings.judge_concurrency
         self.per_passage = settings.judge_per_passage
         self.shuffle = settings.judge_shuffle and not settings.judge_per_passage
         self.identity = JudgeIdentity(
@@ -182,14 +182,22 @@ class LlmJudge:
         """One answered call, stepping down the output mode while the server rejects it."""
         mode = self.modes.current()
         while True:
+            body: dict[str, object] = {
+                "model": self.settings.judge_model,
+                "messages": messages,
+                "temperature": 0,
+                "max_tokens": self.settings.judge_max_tokens,
+            }
             fmt = response_format(request, mode)
+            if fmt is not None:
+                body["response_format"] = fmt
             try:
-                completion = self.client.chat.completions.create(
-                    model=self.settings.judge_model,
-                    messages=messages,
-                    response_format=cast(ResponseFormat, fmt) if fmt is not None else openai.omit,
-                    temperature=0,
-                    max_tokens=self.settings.judge_max_tokens,
+                # The client's own request path (retries, timeouts, errors, auth) without its
+                # typed ``create``: that walks the body against the parameter types on every call,
+                # over a third of the client's CPU per call, for a body that is already plain
+                # JSON.
+                completion = self.client.post(
+                    "/chat/completions", body=body, cast_to=ChatCompletion
                 )
             except openai.RateLimitError as exc:
                 raise TransientJudgeError("rate_limited", str(exc)) from exc

@@ -53,6 +53,9 @@ def context_from_grades(top_k_grades: Sequence[int]) -> int:
 
 
 class LocalJudge:
+    # The encoder already uses every core for one call; a second call in flight only competes.
+    max_concurrency = 1
+
     def __init__(self, settings: Settings) -> None:
         self.thresholds = tuple(float(t) for t in settings.local_judge_thresholds)
         grades_from_similarity([], self.thresholds)  # fail at start on a bad setting
