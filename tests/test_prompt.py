@@ -18,6 +18,7 @@ from workers.judge.prompt import (
     prompt_version,
     reordered,
     reply_schema,
+    reply_template,
     response_format,
     system_message,
     user_message,
@@ -28,6 +29,7 @@ from workers.judge.prompt import (
 # would otherwise be served for a question that was never asked).
 PINNED_FINGERPRINTS = {
     "v2": "b04e32c08fe347263e411636c852883f7796dd232a477e44d998f88ee66c101d",
+    "v3": "0ea02b78fd25a002d96290596557814e59b866b2328a039fa1153ef08348d489",
 }
 RETIRED_VERSIONS = {"v1"}
 
@@ -56,7 +58,9 @@ def test_the_prompt_text_is_pinned_to_its_version() -> None:
     [
         ("SYSTEM_PROMPT", prompt.SYSTEM_PROMPT.replace("0 irrelevant", "0 off-topic")),
         ("CONTEXT_INSTRUCTION", prompt.CONTEXT_INSTRUCTION.replace("partly", "somewhat")),
-        ("SCHEMA_INSTRUCTION", prompt.SCHEMA_INSTRUCTION.replace("one JSON", "a JSON")),
+        ("REPLY_INSTRUCTION", prompt.REPLY_INSTRUCTION.replace("only this", "this")),
+        ("GRADE_PLACEHOLDER", "g"),
+        ("CONTEXT_PLACEHOLDER", "c"),
         ("GRADES", (0, 1, 2)),
         ("CONTEXT_RATINGS", (0, 1)),
         ("SHUFFLED_SUFFIX", "-random"),
@@ -125,13 +129,37 @@ def test_each_output_mode_sends_its_own_response_format() -> None:
     assert response_format(REQUEST, "text") is None
 
 
-def test_the_schema_is_in_the_system_message_whatever_the_mode() -> None:
+def test_the_system_message_names_the_reply_keys_instead_of_carrying_the_schema() -> None:
     system = system_message(REQUEST)
-    schema_text = system.split(prompt.SCHEMA_INSTRUCTION, 1)[1]
-    assert json.loads(schema_text) == reply_schema(REQUEST)
+    # The schema travels in response_format only: repeating it cost ~24 tokens per passage.
+    assert '"enum"' not in system
+    assert system.endswith(' {"p1":G,...,"p3":G,"context":C}')
+    assert "C: context rating" in system
     assert "p1..p2" in system  # the context instruction names the top-k markers
     plain = system_message(JudgeRequest("q", ("a", "b"), rate_context=False, top_k_count=0))
     assert "context" not in plain
+    assert plain.endswith(' {"p1":G,"p2":G}')
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 10, 20])
+@pytest.mark.parametrize("rate_context", [False, True])
+def test_the_key_template_spells_the_schema_keys(count: int, rate_context: bool) -> None:
+    request = JudgeRequest("q", tuple(f"p{i}" for i in range(count)), rate_context, count)
+    template = reply_template(request)
+    keys = reply_schema(request)["required"]
+    # The first and the last marker are always named; past two passages the ones between are
+    # elided (the user message spells them out). With nothing elided, the filled-in template is
+    # a complete reply.
+    named = [key for key in keys if f'"{key}":' in template]
+    assert named[0] == "p1"
+    assert named[-1] == ("context" if rate_context else f"p{count}")
+    assert f"p{count}" in named
+    assert ("..." in template) == (count > 2)
+    if count <= 2:
+        filled = template.replace(":G", ":3").replace(":C", ":2")
+        parsed = parse_reply(filled, request, "json_object")
+        assert parsed.missing == 0
+        assert parsed.context_rating == (2 if rate_context else None)
 
 
 def test_a_passage_cannot_break_out_of_its_line() -> None:
