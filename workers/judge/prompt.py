@@ -20,7 +20,7 @@ object with one key per passage marker (``"p1"``..``"pN"``) holding a grade 0-3 
 The system message names the reply's keys in one line instead of carrying the reply's JSON
 schema. Up to v2 it carried the schema, one ``{"type":"integer","enum":[0,1,2,3]}`` per passage:
 ~24 tokens per passage, the largest part of the prompt beyond the query and passages themselves
-(1.12x their size at k=10 on SciFact, 1.06x without it). The line (wrapped here) costs ~30
+(1.12x their size at k=10 on SciFact, 1.06x without it). The line (wrapped here) costs ~40
 tokens whatever k:
 
     Reply with only this JSON object, one key per passage marker (G: grade, C: context rating):
