@@ -3,9 +3,10 @@
 For each claim, BM25 (the replay's own index) picks the top k passages (k = 5, 10, 20). The
 floor is the query once plus every passage once. Ours is the one call the judge makes per event
 (system message with the instructions and the reply's keys, user message with every passage),
-counted with tiktoken cl100k_base and the chat format's overhead. Phoenix's and TruLens's per-passage prompts are
-rendered by those packages in the separate benchmark environment (``render_templates``); without
-it their lines are left out and say so. Counting is deterministic: one run.
+counted with tiktoken cl100k_base and the chat format's overhead. Phoenix's and TruLens's
+per-passage prompts are rendered by those packages in the separate benchmark environment
+(``render_templates``); without it their lines are left out and say so. Counting is
+deterministic: one run.
 Run: ``python -m tests.benchmarks.bench_tokens``.
 """
 
