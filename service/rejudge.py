@@ -4,8 +4,12 @@ For backfills and judge comparisons. The new scores carry their own judge and pr
 the old and the new series sit side by side and nothing is overwritten. The run is resumable: its
 cursor (the last event sent) lives in Redis under a key derived from its arguments, so the same
 command picks up where it stopped; the workers skip events that already have a score from that
-judge. It stays within the budgets: before each batch it checks the apps' budgets and waits for the
-window to reset (or stops, with ``--no-wait``), and the workers reserve every call as usual.
+judge under their prompt version. It stays within the budgets: before each batch it checks the
+apps' budgets and waits for the window to reset (or stops, with ``--no-wait``), and the workers
+reserve every call as usual.
+
+After a prompt change, naming the workers' own model (``--judge-model`` set to ``RM_JUDGE_MODEL``)
+gives stored events scores under the new prompt version beside their old ones.
 """
 
 from __future__ import annotations
@@ -64,6 +68,18 @@ class RejudgePlan:
             return None
         return self.overrides.get("judge_model")
 
+    def judge_to_leave_out(self, workers_model: str) -> str | None:
+        """The judge whose scored events need not be sent: the target judge, unless it is the
+        model the workers already judge with.
+
+        Re-judging with the workers' own model is how stored events get scores under a new
+        prompt version; their earlier scores from that model carry the old version, which only
+        the workers know to tell apart (``service`` does not import the prompt), so they must
+        be sent, and the workers skip what their current version has already scored.
+        """
+        target = self.target_judge
+        return None if target == workers_model else target
+
 
 @dataclass(frozen=True)
 class RejudgeResult:
@@ -117,7 +133,7 @@ class Rejudge:
                     retriever=plan.retriever,
                     include_skipped=plan.include_skipped,
                     after_pk=self.cursor(plan),
-                    without_judge=plan.target_judge,
+                    without_judge=plan.judge_to_leave_out(self.runtime.settings.judge_model),
                 ),
             )
         if limit is not None:

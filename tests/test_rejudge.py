@@ -113,6 +113,46 @@ def test_rejudge_stops_or_waits_when_a_budget_is_spent(settings: Settings) -> No
     assert rt.redis.llen(settings.queue_name) == queued + 1
 
 
+def test_a_new_prompt_version_rejudges_what_the_same_model_scored_before(
+    settings: Settings,
+) -> None:
+    rt = Runtime(settings)
+    with TestClient(create_app(settings)) as client:
+        for i in range(2):
+            assert client.post("/v1/events", json=make_event(f"ev-{i}")).status_code == 202
+    with Session(rt.engine) as session:
+        events = session.exec(select(Event).order_by(Event.id)).all()
+        for event in events:
+            event.status = "judged"
+            session.add(event)
+        # Both were scored by the workers' model under an earlier prompt version, and the first
+        # also by another model.
+        for event in events:
+            session.add(score_row(event, settings.judge_model, "v0"))
+        session.add(score_row(events[0], "other-model", "v0"))
+        session.commit()
+    sender = Celery(broker=settings.redis_url, set_as_current=False)
+
+    # The workers' model: every event goes, the workers tell the versions apart.
+    same = plan(overrides={"judge_model": settings.judge_model})
+    assert Rejudge(rt, sender).run(same, progress=False).total == 2
+    # Another model: what it already scored is left out before sending.
+    other = plan(overrides={"judge_model": "other-model"})
+    assert Rejudge(rt, sender).run(other, progress=False).total == 1
+
+
+def score_row(event: Event, judge: str, prompt_version: str) -> Score:
+    assert event.id is not None
+    return Score(
+        event_pk=event.id,
+        judge=judge,
+        prompt_version=prompt_version,
+        alpha=0.5,
+        np_window=0,
+        created_at=utcnow(),
+    )
+
+
 def test_the_command_needs_something_to_change(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rejudge", "--since", "1h"]) == 2
     assert "--judge-model" in capsys.readouterr().err
