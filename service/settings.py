@@ -70,7 +70,7 @@ class Settings(BaseSettings):
         "auto",
         description="How the LLM judge's reply is constrained: json_schema (strict schema), "
         "json_object_schema (JSON mode with the schema as a grammar, as llama-cpp-python "
-        "takes it), json_object (JSON mode, schema in the prompt only), text (no constraint, "
+        "takes it), json_object (JSON mode, the prompt names the keys), text (no constraint, "
         "strict parser), or auto: json_schema first, stepping down a mode each time the "
         "server rejects one, remembered in Redis per endpoint and model.",
     )
