@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from celery import Celery
 from fastapi.testclient import TestClient
-from sqlmodel import Session, func, select
+from sqlmodel import Session, col, func, select
 
 from service.api.app import create_app
 from service.budget import Budget, Reservation
@@ -121,7 +121,7 @@ def test_a_new_prompt_version_rejudges_what_the_same_model_scored_before(
         for i in range(2):
             assert client.post("/v1/events", json=make_event(f"ev-{i}")).status_code == 202
     with Session(rt.engine) as session:
-        events = session.exec(select(Event).order_by(Event.id)).all()
+        events = session.exec(select(Event).order_by(col(Event.id))).all()
         for event in events:
             event.status = "judged"
             session.add(event)
