@@ -12,8 +12,10 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
+from service.backpressure import Backpressure
 from service.migrate import upgrade
 from service.redis_check import eviction_problem
+from service.runtime import Runtime
 from service.settings import Settings
 from tests.conftest import WorkerFactory, make_settings, private_redis, wait_for
 from tests.fake_llm.fixture import FakeLLM
@@ -42,6 +44,30 @@ def test_a_backlog_over_the_bound_gets_503_with_retry_after(
     from service.models import Event
 
     assert count_rows(settings, Event) == 3  # what was accepted stays
+
+
+def test_slow_commits_refuse_ingest_until_the_database_had_time_to_recover(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    """While commits are slow every request is refused, so no new commit can bring the average
+    down: it fades with time instead, and ingest resumes once the database had time."""
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url, max_commit_seconds=2.0)
+    now = [1000.0]
+    backpressure = Backpressure(Runtime(settings), clock=lambda: now[0])
+    for _ in range(10):
+        backpressure.record_commit(3.0)
+    refused = backpressure.check()
+    assert refused is not None
+    assert refused.reason == "slow_database"
+    now[0] += 1.0
+    assert backpressure.check() is not None  # a second later it is still too slow
+    now[0] += 5.0
+    assert backpressure.check() is None  # faded below the bound: a request may go through
+    # If the database is still slow, the commits that follow bring the refusal back.
+    for _ in range(5):
+        backpressure.record_commit(3.0)
+    assert backpressure.check() is not None
 
 
 def test_a_tenant_over_its_rate_gets_429(tmp_path: Path, sqlite_url: str, redis_url: str) -> None:
