@@ -212,8 +212,9 @@ def _call_judge(runtime: Runtime, judge: Judge, work: list[_Work], calls: _Calls
             this_round.append(item)
         calls.finished.extend(item for item in this_round if not item.plan.send)
         asking = [item for item in this_round if item.plan.send]
-        if len(asking) == 1:
-            calls.take(asking[0], partial(_ask, runtime, judge, asking[0]), final=True)
+        if len(asking) == 1 or judge.max_concurrency == 1:
+            for item in asking:
+                calls.take(item, partial(_ask, runtime, judge, item), final=True)
         elif asking:
             pool = _call_pool(judge.max_concurrency)
             futures = [(item, pool.submit(_ask, runtime, judge, item)) for item in asking]
