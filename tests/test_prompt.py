@@ -94,6 +94,9 @@ def test_each_judge_configuration_has_its_own_version() -> None:
 def test_the_local_judge_version_names_its_thresholds() -> None:
     assert local_prompt_version((0.25, 0.4, 0.55)) == "sim-v1@0.25,0.4,0.55"
     assert local_prompt_version((0.3, 0.4, 0.55)) != local_prompt_version((0.25, 0.4, 0.55))
+    # Both float32 encoders give the same similarities and share labels; int8 has its own.
+    assert local_prompt_version((0.25, 0.4, 0.55), "onnx-fp32") == "sim-v1@0.25,0.4,0.55"
+    assert local_prompt_version((0.25, 0.4, 0.55), "onnx-int8") == "sim-v1-int8@0.25,0.4,0.55"
     assert list(grades_from_similarity([0.1, 0.25, 0.39, 0.4, 0.9], (0.25, 0.4, 0.55))) == [
         0,
         1,

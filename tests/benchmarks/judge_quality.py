@@ -5,8 +5,11 @@ tables and then one JSON object on the last line; it checks nothing.
 
 Local judge, on SciFact and Vaswani (BEIR layout under ``../shared/data`` or ``RM_SHARED_DATA``):
 the project's own BM25 retrieves the top ``--depth`` (20) passages per query, the local judge grades
-every one, and a passage counts gold-relevant when the qrels mark it. The queries are split in two
-halves at random (``--seed``): the similarity thresholds are fitted on one half
+every one, and a passage counts gold-relevant when the qrels mark it. ``--backend`` picks the
+encoder (numpy float32 by default, the one the thresholds were fitted with); ``--compare-backend``
+also encodes with a second one and reports how often the two give the same grade, under the
+service's default thresholds and under each one's own fitted thresholds. The queries are split
+in two halves at random (``--seed``): the similarity thresholds are fitted on one half
 (``workers.judge.calibrate``) and precision, recall, F1 and Cohen's kappa are reported on the
 other, per grade threshold (relevant = grade >= g), with 95% intervals from resampling queries.
 Vaswani is reported with SciFact's thresholds (does one calibration travel?) and with its own.
@@ -22,6 +25,7 @@ order moves the top-half-minus-bottom-half grade away from the per-passage one.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -47,6 +51,7 @@ from workers.judge.calibrate import (
     fit_thresholds,
     split_queries,
 )
+from workers.judge.encoders import BACKENDS, Backend, load_encoder
 from workers.judge.local import grades_from_similarity, local_prompt_version
 
 DATASETS = ("scifact", "vaswani_npl")
@@ -107,11 +112,9 @@ def retrieve(dataset: BeirDataset, name: str, depth: int) -> Retrieved:
     )
 
 
-def embed(run: Retrieved) -> None:
+def embed(run: Retrieved, backend: Backend = "numpy") -> None:
     """Cosine similarity of every (query, passage) pair, each distinct text encoded once."""
-    from workers.judge.embedding import MiniLMEncoder
-
-    encoder = MiniLMEncoder.load()
+    encoder = load_encoder(backend)
     passages = sorted({t for texts in run.texts for t in texts})
     position = {t: i for i, t in enumerate(passages)}
     passage_vectors = encoder.encode(passages)
@@ -150,6 +153,7 @@ def evaluate(
     thresholds: Sequence[float],
     fitted_on: str,
     reps: int,
+    backend: Backend = "numpy",
 ) -> list[Row]:
     mask, query = subset(run, keep)
     grades = grades_from_similarity(run.similarity[mask], thresholds)
@@ -159,7 +163,7 @@ def evaluate(
             dataset=run.name,
             thresholds=",".join(f"{t:g}" for t in thresholds),
             fitted_on=fitted_on,
-            version=local_prompt_version(thresholds),
+            version=local_prompt_version(thresholds, backend),
             grade=g,
             agreement=agreement(grades >= g, gold, query, reps=reps, seed=g),
         )
@@ -184,8 +188,16 @@ def markdown(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def local_judge_report(data_dir: Path, depth: int, seed: int, reps: int) -> dict[str, Any]:
+def local_judge_report(
+    data_dir: Path,
+    depth: int,
+    seed: int,
+    reps: int,
+    backend: Backend = "numpy",
+    compare: Backend | None = None,
+) -> dict[str, Any]:
     runs: dict[str, Retrieved] = {}
+    comparisons: dict[str, dict[str, Any]] = {}
     halves: dict[str, tuple[set[str], set[str]]] = {}
     fitted: dict[str, tuple[float, float, float]] = {}
     info: dict[str, Any] = {}
@@ -196,11 +208,18 @@ def local_judge_report(data_dir: Path, depth: int, seed: int, reps: int) -> dict
             continue
         started = time.perf_counter()
         run = retrieve(load_beir(folder), name, depth)
-        embed(run)
+        embed(run, backend)
         runs[name] = run
         halves[name] = split_queries(run.query_ids, seed)
         calibration_mask, _ = subset(run, halves[name][0])
         fitted[name] = fit_thresholds(run.similarity[calibration_mask], run.gold[calibration_mask])
+        if compare is not None:
+            other = copy.copy(run)
+            embed(other, compare)
+            other_fitted = fit_thresholds(
+                other.similarity[calibration_mask], other.gold[calibration_mask]
+            )
+            comparisons[name] = backend_agreement(run, other, fitted[name], other_fitted)
         info[name] = {
             "queries": len(run.query_ids),
             "passages": len(run.gold),
@@ -213,22 +232,60 @@ def local_judge_report(data_dir: Path, depth: int, seed: int, reps: int) -> dict
     rows: list[Row] = []
     for name, run in runs.items():
         held_out = halves[name][1]
-        rows += evaluate(run, held_out, DEFAULT_THRESHOLDS, "defaults", reps)
-        rows += evaluate(run, held_out, fitted[name], f"{name} half", reps)
+        rows += evaluate(run, held_out, DEFAULT_THRESHOLDS, "defaults", reps, backend)
+        rows += evaluate(run, held_out, fitted[name], f"{name} half", reps, backend)
         if name != "scifact" and "scifact" in fitted:
-            rows += evaluate(run, held_out, fitted["scifact"], "scifact half", reps)
-    print(f"## Local judge against gold labels (BM25 top {depth}, seed {seed})\n")
+            rows += evaluate(run, held_out, fitted["scifact"], "scifact half", reps, backend)
+    print(f"## Local judge ({backend}) against gold labels (BM25 top {depth}, seed {seed})\n")
     print(markdown(rows))
     print()
     for name, details in info.items():
         print(f"- {name}: {json.dumps(details)}")
+    if comparisons:
+        print(f"\n## Grades of {backend} against {compare}, every retrieved passage\n")
+        for name, details in comparisons.items():
+            print(f"- {name}: {json.dumps(details)}")
     return {
+        "backend": backend,
+        "comparisons": comparisons,
         "datasets": info,
         "rows": [
             {**{k: v for k, v in asdict(r).items() if k != "agreement"}, **_flat(r.agreement)}
             for r in rows
         ],
     }
+
+
+def backend_agreement(
+    run: Retrieved,
+    other: Retrieved,
+    fitted: Sequence[float],
+    other_fitted: Sequence[float],
+) -> dict[str, Any]:
+    """How far two encoders' similarities and grades differ on the same (query, passage) pairs."""
+    from service.settings import Settings
+
+    difference = other.similarity - run.similarity
+    service_thresholds = Settings().local_judge_thresholds
+    out: dict[str, Any] = {
+        "pairs": len(run.similarity),
+        "similarity_difference_mean": round(float(difference.mean()), 5),
+        "similarity_difference_abs_p99": round(float(np.quantile(np.abs(difference), 0.99)), 5),
+        "similarity_difference_abs_max": round(float(np.abs(difference).max()), 5),
+        "other_fitted_thresholds": [round(t, 4) for t in other_fitted],
+    }
+    for label, first, second in (
+        ("service_thresholds", service_thresholds, service_thresholds),
+        ("own_fitted_thresholds", fitted, other_fitted),
+    ):
+        a = grades_from_similarity(run.similarity, first)
+        b = grades_from_similarity(other.similarity, second)
+        out[label] = {
+            "exact_grade_agreement": round(float(np.mean(a == b)), 4),
+            "within_one_grade": round(float(np.mean(np.abs(a - b) <= 1)), 4),
+            "relevant_ge2_agreement": round(float(np.mean((a >= 2) == (b >= 2))), 4),
+        }
+    return out
 
 
 def _flat(a: Agreement) -> dict[str, Any]:
@@ -424,6 +481,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--depth", type=int, default=20, help="passages retrieved per query")
     parser.add_argument("--seed", type=int, default=0, help="seed of the query split")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
+    parser.add_argument("--backend", choices=BACKENDS, default="numpy", help="local judge encoder")
+    parser.add_argument(
+        "--compare-backend", choices=BACKENDS, default=None, help="grade agreement with this one"
+    )
     parser.add_argument("--llm-base-url", default="", help="also judge with this LLM endpoint")
     parser.add_argument("--llm-model", default="judge")
     parser.add_argument("--llm-queries", type=int, default=20)
@@ -438,8 +499,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"no data folder at {data_dir} (set RM_SHARED_DATA or --data)")
     summary: dict[str, Any] = {}
     if not args.llm_only:
-        local = local_judge_report(data_dir, args.depth, args.seed, args.reps)
-        summary["local"] = {k: local[k] for k in ("datasets", "rows")}
+        local = local_judge_report(
+            data_dir, args.depth, args.seed, args.reps, args.backend, args.compare_backend
+        )
+        summary["local"] = {k: local[k] for k in ("backend", "comparisons", "datasets", "rows")}
     if args.llm_base_url:
         if not (data_dir / "scifact").is_dir():
             raise SystemExit("the LLM comparison runs on SciFact, which is absent")

