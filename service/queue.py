@@ -36,6 +36,9 @@ class TaskSender:
         # the sweeper re-enqueues it, so one quick attempt is enough.
         self.app.conf.broker_transport_options = {"max_retries": 1, "interval_start": 0}
 
+    def close(self) -> None:
+        """Send anything held back (this sender holds nothing)."""
+
     def send_judge(self, event_pks: Sequence[int]) -> bool:
         """Enqueue judging; False if the broker refused (the sweeper will retry)."""
         if not event_pks:

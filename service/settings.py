@@ -149,6 +149,15 @@ class Settings(BaseSettings):
             "judge computes one at a time)."
         ),
     )
+    judge_gather_seconds: float = Field(
+        0.2,
+        ge=0,
+        le=10,
+        description=(
+            "How long the API holds the judge message of a small request to gather the events of "
+            "the requests that follow into one slice (0: send each at once)."
+        ),
+    )
     judge_slice_events: int = Field(
         16,
         ge=1,

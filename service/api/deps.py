@@ -14,7 +14,8 @@ from service.db import session_scope
 from service.exporter import MetricsPage, PipelineState
 from service.group_commit import GroupCommitter
 from service.ingest import Ingestor
-from service.queue import TaskSender, urgent_queue
+from service.judge_dispatch import GatheringSender
+from service.queue import urgent_queue
 from service.rebuild import ensure_aggregates_in_background
 from service.repository import pending_summary, utcnow
 from service.runtime import Runtime
@@ -30,10 +31,11 @@ class AppState:
 
     @classmethod
     def build(cls, runtime: Runtime) -> AppState:
-        sender = TaskSender(
+        sender = GatheringSender(
             runtime.settings.redis_url,
             runtime.settings.queue_name,
             runtime.settings.judge_slice_events,
+            runtime.settings.judge_gather_seconds,
         )
 
         def pipeline_state() -> PipelineState:
