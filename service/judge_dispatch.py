@@ -47,8 +47,8 @@ class GatheringSender(TaskSender):
                     target=self._run, name="judge-dispatch", daemon=True
                 )
                 self._thread.start()
-            if len(self._held) >= self.slice_events:
-                self._lock.notify()
+            # Wakes the thread: to start the wait for company, or to send a full slice now.
+            self._lock.notify()
         # Handed over: the flush reports its own failures, and the sweeper covers them.
         return True
 

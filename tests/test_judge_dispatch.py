@@ -33,6 +33,10 @@ def test_small_sends_close_together_become_one_slice(redis_url: str) -> None:
             assert sender.send_judge([pk])
         wait_for(lambda: client.llen(queue) > 0, timeout=10)
         assert queued_messages(client, queue) == [(JUDGE_SLICE_TASK, [1, 2, 3])]
+        # Later sends start a wait of their own.
+        sender.send_judge([4])
+        wait_for(lambda: client.llen(queue) > 1, timeout=10)
+        assert queued_messages(client, queue)[-1] == (JUDGE_SLICE_TASK, [4])
     finally:
         sender.close()
         client.delete(queue)
