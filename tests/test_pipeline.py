@@ -292,8 +292,12 @@ def test_lost_tasks_are_swept_back_and_backlog_is_exported(
     with TestClient(create_app(settings)) as client:
         for i in range(3):
             client.post("/v1/events", json=make_event(f"lost-{i}", n=2, query=QUERY))
-        # No worker yet: the backlog shows on /metrics.
-        assert metric(client, "retrieval_monitor_queue_depth", queue=settings.queue_name) == 3
+        # No worker yet: the backlog shows on /metrics (the three events gathered into one
+        # judge message).
+        wait_for(
+            lambda: metric(client, "retrieval_monitor_queue_depth", queue=settings.queue_name) > 0
+        )
+        assert metric(client, "retrieval_monitor_queue_depth", queue=settings.queue_name) == 1
         assert metric(client, "retrieval_monitor_events_pending") == 3
         assert metric(client, "retrieval_monitor_oldest_pending_event_age_seconds") > 0
         # Redis loses the queue (a restart without persistence, a FLUSHALL).
