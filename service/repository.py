@@ -387,7 +387,13 @@ def load_many_for_judging(session: Session, event_pks: Sequence[int]) -> list[Ev
             col(Passage.content_hash),
         )
         .join(Event, col(Event.id) == col(Passage.event_pk))
-        .where(col(Passage.event_pk).in_(list(by_pk)), col(Passage.rank) <= 2 * col(Event.k))
+        # The events' ids on both sides: with them only on passages, PostgreSQL hash-joins a
+        # sequential scan of every event for each slice.
+        .where(
+            col(Passage.event_pk).in_(list(by_pk)),
+            col(Event.id).in_(list(by_pk)),
+            col(Passage.rank) <= 2 * col(Event.k),
+        )
         .order_by(col(Passage.event_pk), col(Passage.rank))
     ).all()
     passages: dict[int, list[PassageForJudging]] = {pk: [] for pk in by_pk}
