@@ -327,32 +327,8 @@ class EventForJudging:
 
 
 def load_for_judging(session: Session, event_pk: int) -> EventForJudging | None:
-    event = session.get(Event, event_pk)
-    if event is None:
-        return None
-    window = 2 * event.k
-    passages = session.execute(
-        select(
-            col(Passage.rank), col(Passage.passage_id), col(Passage.text), col(Passage.content_hash)
-        )
-        .where(col(Passage.event_pk) == event_pk, col(Passage.rank) <= window)
-        .order_by(col(Passage.rank))
-    ).all()
-    received = _aware(event.received_at) or utcnow()
-    return EventForJudging(
-        pk=event_pk,
-        event_id=event.event_id,
-        tenant=event.tenant,
-        app=event.app,
-        retriever=event.retriever,
-        environment=event.environment,
-        query=event.query,
-        k=event.k,
-        status=event.status,
-        received_at=received,
-        gold_passage_ids=event.gold_passage_ids,
-        passages=[PassageForJudging(*row) for row in passages],
-    )
+    found = load_many_for_judging(session, [event_pk])
+    return found[0] if found else None
 
 
 def load_many_for_judging(session: Session, event_pks: Sequence[int]) -> list[EventForJudging]:
@@ -426,36 +402,6 @@ class JudgeIdentity:
     judge: str
     model: str
     prompt_version: str
-
-
-def cached_labels(
-    session: Session, who: JudgeIdentity, query_hash: str, passage_hashes: Sequence[str]
-) -> dict[str, int]:
-    if not passage_hashes:
-        return {}
-    rows = session.execute(
-        select(col(LabelCache.passage_hash), col(LabelCache.grade)).where(
-            col(LabelCache.judge) == who.judge,
-            col(LabelCache.model) == who.model,
-            col(LabelCache.prompt_version) == who.prompt_version,
-            col(LabelCache.query_hash) == query_hash,
-            col(LabelCache.passage_hash).in_(list(set(passage_hashes))),
-        )
-    )
-    return {row[0]: int(row[1]) for row in rows}
-
-
-def score_exists(session: Session, event_pk: int, who: JudgeIdentity) -> bool:
-    return (
-        session.execute(
-            select(col(Score.id)).where(
-                col(Score.event_pk) == event_pk,
-                col(Score.judge) == who.judge,
-                col(Score.prompt_version) == who.prompt_version,
-            )
-        ).first()
-        is not None
-    )
 
 
 def cached_labels_many(
