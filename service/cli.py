@@ -282,12 +282,10 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    import uvicorn
-
     from service.api.app import create_app
     from service.embedded import EmbeddedRedis
     from service.migrate import upgrade
-    from service.server import Server
+    from service.server import Server, server_config
 
     overrides: dict[str, object] = {}
     if args.host:
@@ -311,16 +309,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         )
         log.info("worker started", extra={"pid": worker.pid})
 
-    server = Server(
-        uvicorn.Config(
-            create_app(settings),
-            host=settings.host,
-            port=settings.port,
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=10,
-        )
-    )
+    server = Server(server_config(create_app(settings), settings))
     if args.demo:
         threading.Thread(
             target=_run_demo,

@@ -284,6 +284,13 @@ class Settings(BaseSettings):
     # --- serve ---------------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address the API listens on.")
     port: int = Field(8080, ge=1, le=65535, description="Port the API listens on.")
+    http_keepalive_seconds: float = Field(
+        75.0,
+        gt=0,
+        description="Seconds an idle keep-alive connection stays open. Longer than the idle "
+        "timeout of the clients' connection pools and of any load balancer in front, so the "
+        "server never closes a connection a client is about to reuse.",
+    )
     worker_concurrency: int = Field(2, ge=1, description="Worker processes of a worker.")
     log_level: str = Field("INFO", description="Log level (DEBUG, INFO, WARNING, ERROR).")
     log_json: bool = Field(True, description="Structured JSON log lines (false: plain text).")

@@ -266,12 +266,18 @@ class LiveServer:
         import uvicorn
 
         from service.embedded import free_port
+        from service.server import server_config
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # The served configuration (keep-alive and all), on a free loopback port.
         self.server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(settings), host="127.0.0.1", port=self.port, log_level="warning"
+            server_config(
+                create_app(settings),
+                settings,
+                host="127.0.0.1",
+                port=self.port,
+                log_level="warning",
             )
         )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
