@@ -14,6 +14,8 @@ from celery import Celery
 from celery.signals import worker_init
 from redis import Redis
 
+from service.db import make_engine
+from service.db_check import warn_if_statistics_go_stale
 from service.queue import JUDGE_SLICE_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK
 from service.redis_check import eviction_problem
 from service.settings import get_settings
@@ -63,3 +65,13 @@ def refuse_an_evicting_broker(**_kwargs: object) -> None:
     problem = eviction_problem(Redis.from_url(get_settings().redis_url))
     if problem is not None:
         raise SystemExit(f"retrieval-monitor worker refuses to start: {problem}")
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+def warn_about_stale_statistics(**_kwargs: object) -> None:
+    # Its own engine, closed before the pool forks: no connection is shared with a child.
+    engine = make_engine(get_settings().database_url)
+    try:
+        warn_if_statistics_go_stale(engine)
+    finally:
+        engine.dispose()

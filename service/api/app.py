@@ -16,6 +16,7 @@ from service.api import analysis, events, health, otlp
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.deps import AppState
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
+from service.db_check import warn_if_statistics_go_stale
 from service.ingest import empty_retrieval_labels
 from service.rebuild import ensure_aggregates
 from service.runtime import Runtime
@@ -41,6 +42,7 @@ def create_app(settings: Settings) -> FastAPI:
             ensure_aggregates(runtime)
         except Exception:  # Redis or the database down at start: /metrics retries on scrape
             log.warning("shared aggregates not checked at startup", exc_info=True)
+        warn_if_statistics_go_stale(runtime.engine)
         responses.start()
         state.committer.start()
         yield
