@@ -29,9 +29,5 @@ echo "==> ruff"
 .venv/bin/ruff format --check .
 echo "==> mypy"
 .venv/bin/mypy service workers deploy tests
-# The load test's full size (100,000 events) takes 10 to 13 minutes of judging on 2 cores, which
-# puts the whole command near 40 minutes; it runs at a size that keeps the command under 30,
-# RM_LOAD_EVENTS=100000 runs it in full.
-export RM_LOAD_EVENTS="${RM_LOAD_EVENTS:-3000}"
 echo "==> pytest"
 .venv/bin/pytest "$@"
