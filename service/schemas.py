@@ -8,6 +8,7 @@ no code change.
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from typing import Any, Literal
 
@@ -28,8 +29,22 @@ def storable(value: str, what: str) -> str:
     return value
 
 
+def finite_json(value: Any, where: str) -> None:
+    """JSON values every store can keep: NaN and Infinity are not JSON (PostgreSQL's json type
+    refuses them, and a refused row would fail the whole batch's transaction)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} holds {value!r}, which JSON cannot carry; send null instead")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            finite_json(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            finite_json(item, f"{where}[{index}]")
+
+
 class PassageIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Scores are stored (candidates in a JSON column): NaN and Infinity are refused up front.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     id: str | None = Field(
         None, min_length=1, max_length=200, description="The app's id of the passage."
@@ -52,7 +67,7 @@ class PassageIn(BaseModel):
 class CandidateIn(BaseModel):
     """A first-stage passage when a reranker sits between the retriever and the prompt."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     id: str = Field(max_length=200)
     score: float | None = None
@@ -97,6 +112,12 @@ class EventIn(BaseModel):
     response_grade: int | None = Field(None, ge=1, le=5, description="Answer quality 1-5.")
     answer_correct: bool | None = None
     metadata: dict[str, Any] | None = Field(None, description="Small, never a metric label.")
+
+    @field_validator("metadata")
+    @classmethod
+    def metadata_is_json(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        finite_json(value, "metadata")
+        return value
 
     @field_validator("query")
     @classmethod

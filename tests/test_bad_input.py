@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,9 @@ from hypothesis import settings as hypothesis_settings
 from schemathesis import checks
 
 from service.api.app import create_app
+from service.migrate import upgrade
 from service.settings import Settings
+from tests.conftest import make_settings
 from tests.helpers import make_event
 from tests.test_api_ingest import count_rows
 
@@ -39,6 +42,21 @@ def post_raw(client: TestClient, body: bytes) -> tuple[int, str]:
         (json.dumps({**make_event(), "response_grade": 6}).encode(), "less than or equal to 5"),
         (json.dumps({**make_event(), "event_id": "spaces are not ok"}).encode(), "pattern"),
         (json.dumps({**make_event(), "metadata": {"x": "y" * 10_000}}).encode(), "metadata"),
+        # Python's JSON parser reads NaN and Infinity; JSON has neither, nor PostgreSQL's json.
+        (
+            json.dumps({**make_event(), "metadata": {"a": [1, float("nan")]}}).encode(),
+            "metadata.a[1] holds nan",
+        ),
+        (
+            json.dumps(make_event(passages=[{"text": "p", "score": float("inf")}])).encode(),
+            "finite number",
+        ),
+        (
+            json.dumps(
+                {**make_event(), "candidates": [{"id": "c", "score": float("-inf")}]}
+            ).encode(),
+            "finite number",
+        ),
     ],
 )
 def test_malformed_bodies_are_422_with_a_reason(
@@ -87,3 +105,35 @@ def test_the_openapi_contract_holds_under_generated_input(settings: Settings) ->
                 )
 
             check()
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_nan_in_one_event_rejects_that_event_not_its_batch(
+    request: pytest.FixtureRequest, tmp_path: Path, redis_url: str, store: str
+) -> None:
+    if store == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+    else:
+        url = f"sqlite:///{tmp_path / 'rm.db'}"
+        upgrade(url)
+    settings = make_settings(tmp_path, url, redis_url)
+    events = [make_event(f"ok-{i}") for i in range(3)]
+    events.insert(1, {**make_event("nan"), "metadata": {"latency": float("nan")}})
+    with TestClient(create_app(settings)) as client:
+        response = client.post(
+            "/v1/events/batch",
+            content=json.dumps({"events": events}).encode(),
+            headers={"content-type": "application/json"},
+        )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert [(r["event_id"], r["status"]) for r in body["results"]] == [
+        ("ok-0", "accepted"),
+        ("nan", "rejected"),
+        ("ok-1", "accepted"),
+        ("ok-2", "accepted"),
+    ]
+    assert "metadata.latency holds nan" in body["results"][1]["error"]
+    from service.models import Event
+
+    assert count_rows(settings, Event) == 3

@@ -16,6 +16,7 @@ a hash of their text; a repeated id gets ``#2``, ``#3``... so each rank stays it
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -278,13 +279,15 @@ def _document_id(doc: Document, fallback: str | None, config: MappingConfig) -> 
 
 
 def _document_score(doc: Document, config: MappingConfig) -> float | None:
+    # A NaN or infinite score says nothing to compare; the event refuses them, so they map to
+    # "no score" rather than costing the span its event.
     if doc.score is not None:
-        return doc.score
+        return doc.score if math.isfinite(doc.score) else None
     metadata = doc.metadata or {}
     for key in config.score_keys:
         value = metadata.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            return float(value) if math.isfinite(value) else None
     return None
 
 
