@@ -103,6 +103,17 @@ def postgres_url(postgres_server_url: str) -> str:
     return postgres_server_url
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The test runs on both stores: a migrated SQLite file, then the PostgreSQL database."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    url = f"sqlite:///{tmp_path / 'rm.db'}"
+    upgrade(url)
+    return url
+
+
 def make_settings(tmp_path: Path, database_url: str, redis_url: str, **extra: object) -> Settings:
     values: dict[str, object] = {
         "database_url": database_url,

@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlmodel import col
 
 from service.api.app import create_app
 from service.db import make_engine, session_scope
-from service.migrate import upgrade
 from service.models import Event, EventStatus, Passage
 from service.repository import InitialState, insert_events, text_hash, utcnow
 from service.schemas import EventIn
@@ -20,24 +18,12 @@ from tests.conftest import make_settings
 from tests.helpers import make_event
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Each test runs on both stores: the passages go through COPY on one, executemany on the
-    other."""
-    if request.param == "postgres":
-        url: str = request.getfixturevalue("postgres_url")
-        return url
-    url = f"sqlite:///{tmp_path / 'rm.db'}"
-    upgrade(url)
-    return url
-
-
 def _event(event_id: str, n: int = 3, **extra: Any) -> EventIn:
     return EventIn.model_validate(make_event(event_id, n=n, query=f"query of {event_id}", **extra))
 
 
-def test_a_batch_stores_every_event_with_its_own_passages(database_url: str) -> None:
-    engine = make_engine(database_url)
+def test_a_batch_stores_every_event_with_its_own_passages(store_url: str) -> None:
+    engine = make_engine(store_url)
     events = [(f"ev-{i}", _event(f"ev-{i}", n=1 + i % 4)) for i in range(30)]
     # Text with characters COPY's text format must escape.
     events.append(("odd", _event("odd", passages=[{"text": "tab\there\nnew line \\ back"}])))
@@ -67,8 +53,8 @@ def test_a_batch_stores_every_event_with_its_own_passages(database_url: str) -> 
     engine.dispose()
 
 
-def test_known_ids_and_repeats_in_a_batch_are_duplicates_or_conflicts(database_url: str) -> None:
-    engine = make_engine(database_url)
+def test_known_ids_and_repeats_in_a_batch_are_duplicates_or_conflicts(store_url: str) -> None:
+    engine = make_engine(store_url)
     with session_scope(engine) as session:
         insert_events(session, "t1", [("old", _event("old"))], utcnow())
         session.commit()
@@ -102,8 +88,8 @@ def test_known_ids_and_repeats_in_a_batch_are_duplicates_or_conflicts(database_u
     engine.dispose()
 
 
-def test_initial_states_are_written_by_the_insert(database_url: str) -> None:
-    engine = make_engine(database_url)
+def test_initial_states_are_written_by_the_insert(store_url: str) -> None:
+    engine = make_engine(store_url)
     initial = {
         "skipped": InitialState(skip_reason="unsampled"),
         "urgent": InitialState(priority=1),
@@ -125,9 +111,9 @@ def test_initial_states_are_written_by_the_insert(database_url: str) -> None:
 
 
 def test_the_batch_endpoint_stores_unsampled_as_skipped_and_gold_first(
-    tmp_path: Path, database_url: str, redis_url: str
+    tmp_path: Path, store_url: str, redis_url: str
 ) -> None:
-    settings = make_settings(tmp_path, database_url, redis_url, sample_rate=0.0)
+    settings = make_settings(tmp_path, store_url, redis_url, sample_rate=0.0)
     repeated = "the same words in the same order, passage after passage, again and again"
     body = {
         "events": [
@@ -147,7 +133,7 @@ def test_the_batch_endpoint_stores_unsampled_as_skipped_and_gold_first(
         "accepted",
     ]
     assert statuses == {"plain": "skipped", "gold": "pending"}
-    engine = make_engine(database_url)
+    engine = make_engine(store_url)
     with session_scope(engine) as session:
         rows = {
             row.event_id: (row.status, row.skip_reason, row.priority)
@@ -163,9 +149,9 @@ def test_the_batch_endpoint_stores_unsampled_as_skipped_and_gold_first(
 
 
 def test_a_sampled_event_with_repeating_passages_is_judged_first(
-    tmp_path: Path, database_url: str, redis_url: str
+    tmp_path: Path, store_url: str, redis_url: str
 ) -> None:
-    settings = make_settings(tmp_path, database_url, redis_url, sample_rate=1.0)
+    settings = make_settings(tmp_path, store_url, redis_url, sample_rate=1.0)
     repeated = "the same words in the same order, passage after passage, again and again"
     body = {
         "events": [
@@ -175,7 +161,7 @@ def test_a_sampled_event_with_repeating_passages_is_judged_first(
     }
     with TestClient(create_app(settings)) as client:
         assert client.post("/v1/events/batch", json=body).json()["accepted"] == 2
-    engine = make_engine(database_url)
+    engine = make_engine(store_url)
     with session_scope(engine) as session:
         rows = {
             row.event_id: (row.status, row.priority)
@@ -185,12 +171,12 @@ def test_a_sampled_event_with_repeating_passages_is_judged_first(
     assert rows == {"plain": ("pending", 0), "looped": ("pending", 1)}
 
 
-def test_a_batch_costs_a_fixed_number_of_statements(database_url: str) -> None:
+def test_a_batch_costs_a_fixed_number_of_statements(store_url: str) -> None:
     """The lookup, the events in one statement (keys taken from the sequence first on
     PostgreSQL), the passages in one bulk write."""
     from sqlalchemy import event as sa_event
 
-    engine = make_engine(database_url)
+    engine = make_engine(store_url)
     statements: list[str] = []
 
     def record(*args: object) -> None:
@@ -205,7 +191,7 @@ def test_a_batch_costs_a_fixed_number_of_statements(database_url: str) -> None:
         session.commit()
     engine.dispose()
     # The passages go to the driver directly and do not pass this hook.
-    if database_url.startswith("postgresql"):
+    if store_url.startswith("postgresql"):
         assert statements == ["SELECT", "SELECT", "INSERT"]
     else:
         assert statements == ["SELECT", "INSERT"]

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, event, text
 
 from service.db import make_engine, session_scope
-from service.migrate import upgrade
 from service.repository import (
     JudgeIdentity,
     cached_labels_many,
@@ -28,16 +26,6 @@ from service.schemas import EventIn
 from tests.helpers import make_event
 
 WHO = JudgeIdentity(judge="llm", model="m", prompt_version="v3")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        url: str = request.getfixturevalue("postgres_url")
-        return url
-    url = f"sqlite:///{tmp_path / 'rm.db'}"
-    upgrade(url)
-    return url
 
 
 def fill_labels(engine: Engine, queries: int, passages: int) -> None:
@@ -66,8 +54,8 @@ def fill_labels(engine: Engine, queries: int, passages: int) -> None:
         )
 
 
-def test_cached_labels_are_the_pairs_asked_for_not_every_combination(database_url: str) -> None:
-    engine = make_engine(database_url)
+def test_cached_labels_are_the_pairs_asked_for_not_every_combination(store_url: str) -> None:
+    engine = make_engine(store_url)
     fill_labels(engine, queries=5, passages=20)
     wanted = {"q1": {"p2", "p3"}, "q4": {"p3", "p19", "not-graded"}, "unknown": {"p1"}}
     with session_scope(engine) as session:
@@ -79,8 +67,8 @@ def test_cached_labels_are_the_pairs_asked_for_not_every_combination(database_ur
     assert other_judge == {}
 
 
-def test_known_payload_hashes_are_the_tenants_own(database_url: str) -> None:
-    engine = make_engine(database_url)
+def test_known_payload_hashes_are_the_tenants_own(store_url: str) -> None:
+    engine = make_engine(store_url)
     events = [(f"e{i}", EventIn.model_validate(make_event(f"e{i}"))) for i in range(4)]
     with session_scope(engine) as session:
         insert_events(session, "t1", events[:3], utcnow())
