@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the monitoring tests need, only when it is missing:
 #   - Prometheus, promtool, Alertmanager and amtool from Debian's packages;
+#   - wrk (Debian's package), which the benchmark suite's smoke test drives the API with;
 #   - the npm packages of tests/grafana_schema (Grafana's schema types and TypeScript),
 #     from its package-lock.json.
 # Fast when everything is in place; safe to run again.
@@ -27,6 +28,7 @@ done
 for tool in prometheus-alertmanager amtool; do
   command -v "$tool" >/dev/null || missing+=(prometheus-alertmanager)
 done
+command -v wrk >/dev/null || missing+=(wrk)
 if [ ${#missing[@]} -gt 0 ]; then
   packages=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
   echo "==> installing ${packages}"
