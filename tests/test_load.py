@@ -33,8 +33,9 @@ BATCH = 200
 CLIENTS = 4
 DUPLICATE_SHARE = 0.1
 TIME_LIMIT_SECONDS = 1500
-# A small vocabulary of queries and passages: the label cache answers most pairs, so the test
-# measures the pipeline rather than the test's judge server.
+# A small vocabulary of queries and passages: the label cache soon answers every passage's grade,
+# but each event's top-k set is new, so nearly every event still makes one judge call for its
+# context rating.
 QUERIES = [f"question {i} about the pipeline" for i in range(50)]
 PASSAGES = [f"passage {i} with some words about topic {i % 17}" for i in range(200)]
 
