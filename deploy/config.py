@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from service.metrics import MEASURE_BUCKETS
+from service.telemetry.metrics import MEASURE_BUCKETS
 
 CONFIG_PATH = Path(__file__).resolve().parent / "alerting.yaml"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from deploy import rules as r
 from deploy.config import MonitoringConfig, seconds
-from service.metrics import MEASURE_BUCKETS
+from service.telemetry.metrics import MEASURE_BUCKETS
 
 SCHEMA_VERSION = 39
 TAG = "retrieval-monitor"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deploy.config import SIGNED_MEASURES, MonitoringConfig, seconds
-from service.metrics import MEASURE_BUCKETS
+from service.telemetry.metrics import MEASURE_BUCKETS
 
 NS = "retrieval_monitor"
 ROLES = ("short", "long")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from service import logs
 from service.analysis.cli import add_analyze_command
-from service.rejudge import add_rejudge_command
+from service.replay.rejudge import add_rejudge_command
 from service.settings import Settings, get_settings
 
 log = logging.getLogger("retrieval_monitor")
@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_migrate(_args: argparse.Namespace, settings: Settings) -> int:
-    from service.migrate import upgrade
+    from service.store.migrate import upgrade
 
     upgrade(settings.database_url)
     log.info("database schema is up to date")
@@ -142,11 +142,11 @@ def cmd_migrate(_args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
-    from service import keys_repository
-    from service.auth import key_hash, new_key
-    from service.db import get_engine, session_scope
-    from service.migrate import upgrade
-    from service.repository import utcnow
+    from service.api.keys import key_hash, new_key
+    from service.store import keys as keys_repository
+    from service.store.engine import get_engine, session_scope
+    from service.store.events import utcnow
+    from service.store.migrate import upgrade
 
     upgrade(settings.database_url)
     key = new_key()
@@ -161,9 +161,9 @@ def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
-    from service import keys_repository
-    from service.db import get_engine, session_scope
-    from service.repository import utcnow
+    from service.store import keys as keys_repository
+    from service.store.engine import get_engine, session_scope
+    from service.store.events import utcnow
 
     if len(args.hash_prefix) < 8:
         print("give at least 8 characters of the hash", file=sys.stderr)
@@ -176,8 +176,8 @@ def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_keys_list(_args: argparse.Namespace, settings: Settings) -> int:
-    from service import keys_repository
-    from service.db import get_engine, session_scope
+    from service.store import keys as keys_repository
+    from service.store.engine import get_engine, session_scope
 
     with session_scope(get_engine(settings.database_url)) as session:
         for key in keys_repository.list_keys(session):
@@ -284,8 +284,8 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from service.api.app import create_app
     from service.embedded import EmbeddedRedis
-    from service.migrate import upgrade
     from service.server import Server, server_config
+    from service.store.migrate import upgrade
 
     overrides: dict[str, object] = {}
     if args.host:

@@ -9,10 +9,10 @@ from functools import cached_property
 from redis import Redis
 from sqlalchemy import Engine
 
-from service.aggregates import Aggregates
-from service.db import get_engine
-from service.redaction import Redactor
+from service.ingest.redaction import Redactor
 from service.settings import Settings
+from service.store.engine import get_engine
+from service.telemetry.aggregates import Aggregates
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# The grammar of the OpenTelemetry naming rules (see service/otlp/rules.py).
+# The grammar of the OpenTelemetry naming rules (see service/ingest/otlp/rules.py).
 OTLP_RULE_PATTERN = re.compile(r"^(attr:.+|resource:.+|const:.+|name|class|scope)$")
 
 

@@ -25,8 +25,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
-from service.migrate import upgrade
 from service.settings import Settings
+from service.store.migrate import upgrade
 
 # The OpenAI-compatible test server's fixtures: fake_llm_server (per session), fake_llm.
 pytest_plugins = ["tests.fake_llm.fixture"]

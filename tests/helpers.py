@@ -6,12 +6,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from service.db import session_scope
-from service.migrate import upgrade
-from service.repository import insert_events, utcnow
 from service.runtime import Runtime
 from service.schemas import EventIn
 from service.settings import Settings
+from service.store.engine import session_scope
+from service.store.events import insert_events, utcnow
+from service.store.migrate import upgrade
 
 
 def make_event(

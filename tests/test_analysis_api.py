@@ -21,19 +21,20 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 from sqlmodel import Session, select
 
-from service import analysis_repository as repo
-from service import repository
 from service.analysis.cli import add_analyze_command
 from service.analysis.dataset import judged_traffic
 from service.analysis.gauges import CachedCalibrationGauges, calibration_gauges
 from service.api.app import create_app
-from service.db import make_engine, session_scope
-from service.measures import MEASURE_NAMES, EventLabels, compute_measures
-from service.migrate import upgrade
-from service.models import Score
-from service.repository import JudgeIdentity, JudgingResult
+from service.measures.formulas import MEASURE_NAMES, EventLabels, compute_measures
 from service.schemas import EventIn
 from service.settings import Settings
+from service.store import analysis as repo
+from service.store import events as event_store
+from service.store import judging as judging_store
+from service.store.engine import make_engine, session_scope
+from service.store.judging import JudgeIdentity, JudgingResult
+from service.store.migrate import upgrade
+from service.store.models import Score
 from tests.conftest import make_settings
 
 JUDGE = JudgeIdentity("llm", "gpt-test", "v1")
@@ -84,9 +85,9 @@ def _store(
             "candidates": None if candidates is None else [{"id": c} for c in candidates],
         }
     )
-    (inserted,) = repository.insert_events(session, "default", [(event_id, event)], now)
+    (inserted,) = event_store.insert_events(session, "default", [(event_id, event)], now)
     assert inserted.pk is not None
-    loaded = repository.load_for_judging(session, inserted.pk)
+    loaded = judging_store.load_for_judging(session, inserted.pk)
     assert loaded is not None
     judged = [p.passage_id for p in loaded.passages]
     own_grades = grades[: len(judged)]
@@ -98,7 +99,7 @@ def _store(
         n_gold=None if gold is None else len(set(gold)),
     )
     measures = compute_measures(labels, 0.5)
-    stored = repository.store_judging(
+    stored = judging_store.store_judging(
         session,
         loaded,
         judge,

@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, func, select
 
-from service.models import Event, Passage
 from service.settings import Settings
+from service.store.models import Event, Passage
 from tests.helpers import make_event
 
 
@@ -219,7 +219,7 @@ def test_health_readiness_and_docs(client: TestClient) -> None:
 
 def test_readiness_fails_when_redis_is_unreachable(tmp_path, sqlite_url) -> None:  # type: ignore[no-untyped-def]
     from service.api.app import create_app
-    from service.migrate import upgrade
+    from service.store.migrate import upgrade
     from tests.conftest import make_settings
 
     upgrade(sqlite_url)

@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
-from service.auth import CACHE_SECONDS, key_hash
-from service.migrate import upgrade
+from service.api.keys import CACHE_SECONDS, key_hash
 from service.settings import Settings
+from service.store.migrate import upgrade
 from tests.conftest import REPO_ROOT, make_settings, settings_env
 from tests.helpers import make_event
 

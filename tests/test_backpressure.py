@@ -12,11 +12,11 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.backpressure import Backpressure
-from service.migrate import upgrade
+from service.ingest.backpressure import Backpressure
 from service.redis_check import eviction_problem
 from service.runtime import Runtime
 from service.settings import Settings
+from service.store.migrate import upgrade
 from tests.conftest import WorkerFactory, make_settings, private_redis, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event
@@ -41,7 +41,7 @@ def test_a_backlog_over_the_bound_gets_503_with_retry_after(
         batch = client.post("/v1/events/batch", json={"events": [make_event("e4")]})
         assert batch.status_code == 503
         assert sample(client, "retrieval_monitor_events_rejected_total", reason="backlog") == 2
-    from service.models import Event
+    from service.store.models import Event
 
     assert count_rows(settings, Event) == 3  # what was accepted stays
 

@@ -64,7 +64,7 @@ def test_malformed_bodies_are_422_with_a_reason(
     status, text = post_raw(client, body)
     assert status == 422, text
     assert expected in text
-    from service.models import Event
+    from service.store.models import Event
 
     assert count_rows(settings, Event) == 0
 
@@ -127,6 +127,6 @@ def test_a_nan_in_one_event_rejects_that_event_not_its_batch(
         ("ok-2", "accepted"),
     ]
     assert "metadata.latency holds nan" in body["results"][1]["error"]
-    from service.models import Event
+    from service.store.models import Event
 
     assert count_rows(settings, Event) == 3

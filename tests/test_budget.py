@@ -14,7 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session, select
 
 from service.api.app import create_app
-from service.budget import (
+from service.runtime import Runtime
+from service.settings import Settings
+from service.spend.budget import (
     Budget,
     BudgetGauges,
     Limits,
@@ -25,9 +27,7 @@ from service.budget import (
     price_for,
     spend_delta,
 )
-from service.models import Event
-from service.runtime import Runtime
-from service.settings import Settings
+from service.store.models import Event
 from tests.conftest import WorkerFactory, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event

@@ -21,7 +21,7 @@ import yaml
 from deploy import dashboards as boards
 from deploy import generate, rules
 from deploy.config import load
-from service.metrics import MEASURE_BUCKETS
+from service.telemetry.metrics import MEASURE_BUCKETS
 from tests.test_rules import PENDING_METRICS, exported_series, require_tool
 
 REPO = Path(__file__).resolve().parents[1]

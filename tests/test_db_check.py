@@ -7,7 +7,7 @@ import logging
 import pytest
 from sqlalchemy import create_engine, text
 
-from service.db_check import statistics_problem, warn_if_statistics_go_stale
+from service.store.db_check import statistics_problem, warn_if_statistics_go_stale
 
 
 def test_the_default_settings_are_fine_and_each_setting_off_is_named() -> None:
@@ -32,7 +32,7 @@ def test_a_real_server_is_judged_by_what_it_reports(
                 name: str(conn.execute(text(f"SHOW {name}")).scalar_one())
                 for name in ("autovacuum", "track_counts")
             }
-        with caplog.at_level(logging.WARNING, logger="service.db_check"):
+        with caplog.at_level(logging.WARNING, logger="service.store.db_check"):
             problem = warn_if_statistics_go_stale(engine)
     finally:
         engine.dispose()

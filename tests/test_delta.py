@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.aggregates import Delta
-from service.ingest_counts import IngestCounts
-from service.metrics import FAMILIES
-from service.signals import Signals
+from service.ingest.counts import IngestCounts
+from service.ingest.signals import Signals
+from service.telemetry.aggregates import Delta
+from service.telemetry.metrics import FAMILIES
 
 LABELS = {"app": "shop", "retriever": "r1", "environment": ""}
 BOUNDS = list(FAMILIES["signal_passage_length_characters"].buckets)

@@ -33,8 +33,8 @@ from service import cli
 from service.api.app import create_app
 from service.api.health import router as health_router
 from service.embedded import free_port
-from service.migrate import upgrade
 from service.settings import Settings
+from service.store.migrate import upgrade
 from tests.conftest import make_settings, settings_env, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event

@@ -22,17 +22,23 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from service.aggregates import HASH_KEY, Aggregates, Delta
-from service.exporter import MetricsPage, PipelineState
-from service.exposition import CONTENT_TYPE, HistogramLayout, format_value, header, write_samples
-from service.metrics import (
+from service.settings import Settings
+from service.telemetry.aggregates import HASH_KEY, Aggregates, Delta
+from service.telemetry.exporter import MetricsPage, PipelineState
+from service.telemetry.exposition import (
+    CONTENT_TYPE,
+    HistogramLayout,
+    format_value,
+    header,
+    write_samples,
+)
+from service.telemetry.metrics import (
     EVENTS_PENDING,
     FAMILIES,
     OLDEST_PENDING_AGE,
     QUEUE_DEPTH,
     Family,
 )
-from service.settings import Settings
 from tests.conftest import LiveServer
 from tests.test_rules import require_tool
 

@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 
 from service.embedded import free_port
-from service.migrate import upgrade
 from service.settings import Settings
+from service.store.migrate import upgrade
 from tests.conftest import (
     REPO_ROOT,
     LiveServer,

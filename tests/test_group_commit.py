@@ -19,14 +19,14 @@ from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
 from service.embedded import free_port
-from service.group_commit import GroupCommitter, NotStoredError
-from service.ingest import Ingestor
-from service.migrate import upgrade
-from service.models import Event
+from service.ingest.accept import Ingestor
+from service.ingest.group_commit import GroupCommitter, NotStoredError
 from service.queue import TaskSender
 from service.runtime import Runtime
 from service.schemas import EventIn, IngestResult
 from service.settings import Settings
+from service.store.migrate import upgrade
+from service.store.models import Event
 from tests.conftest import LiveServer, make_settings, wait_for
 from tests.helpers import make_event
 from tests.test_api_ingest import count_rows, sample

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from service.migrate import upgrade
 from service.settings import Settings
+from service.store.migrate import upgrade
 from tests.conftest import LiveServer, make_settings
 
 REQUEST = b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n"

@@ -10,10 +10,10 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from service.api.app import create_app
-from service.db import make_engine, session_scope
-from service.models import Event, EventStatus, Passage
-from service.repository import InitialState, insert_events, text_hash, utcnow
 from service.schemas import EventIn
+from service.store.engine import make_engine, session_scope
+from service.store.events import InitialState, insert_events, text_hash, utcnow
+from service.store.models import Event, EventStatus, Passage
 from tests.conftest import make_settings
 from tests.helpers import make_event
 

@@ -9,7 +9,7 @@ import uuid
 
 import redis
 
-from service.judge_dispatch import GatheringSender
+from service.ingest.dispatch import GatheringSender
 from service.queue import FANOUT_TASK, JUDGE_SLICE_TASK
 from tests.conftest import wait_for
 

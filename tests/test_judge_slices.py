@@ -16,19 +16,15 @@ import redis
 from sqlalchemy import text
 from sqlmodel import select
 
-from service.aggregates import Aggregates, Delta
-from service.db import session_scope
-from service.migrate import upgrade
-from service.models import JudgeRun, Judgment, Score
-from service.repository import (
-    insert_events,
-    load_many_for_judging,
-    store_judging_many,
-    utcnow,
-)
 from service.runtime import Runtime
 from service.schemas import EventIn
 from service.settings import Settings
+from service.store.engine import session_scope
+from service.store.events import insert_events, utcnow
+from service.store.judging import load_many_for_judging, store_judging_many
+from service.store.migrate import upgrade
+from service.store.models import JudgeRun, Judgment, Score
+from service.telemetry.aggregates import Aggregates, Delta
 from tests.conftest import make_settings
 from tests.fake_llm.fixture import FakeLLM
 from workers import judging

@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 
-from service.migrate import upgrade
+from service.store.migrate import upgrade
 from tests.conftest import LiveServer, WorkerFactory, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
 

@@ -14,15 +14,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, text
 
-from service.db import make_engine, session_scope
-from service.repository import (
-    JudgeIdentity,
-    cached_labels_many,
-    insert_events,
-    known_payload_hashes,
-    utcnow,
-)
 from service.schemas import EventIn
+from service.store.engine import make_engine, session_scope
+from service.store.events import insert_events, known_payload_hashes, utcnow
+from service.store.judging import JudgeIdentity, cached_labels_many
 from tests.helpers import make_event
 
 WHO = JudgeIdentity(judge="llm", model="m", prompt_version="v3")

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service import measures as measures_module
-from service.measures import (
+from service.measures import formulas as measures_module
+from service.measures.formulas import (
     GOLD_MEASURES,
     JUDGE_MEASURES,
     MEASURE_NAMES,

@@ -8,7 +8,7 @@ import pytrec_eval
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.measures import (
+from service.measures.formulas import (
     EventLabels,
     compute_measures,
     hit_at,

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.measures import (
+from service.measures.formulas import (
     f_measure,
     hit_at,
     ndcg_cut,

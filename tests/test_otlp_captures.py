@@ -136,8 +136,8 @@ def test_each_capture_gives_one_event_per_retrieval(
     assert producing == [e["file"] for e in expected]
 
     # Find the stored events through their ids, which derive from the trace and span ids.
-    from service.otlp.decode import decode
-    from service.otlp.mapping import SELECT, event_id_for
+    from service.ingest.otlp.decode import decode
+    from service.ingest.otlp.mapping import SELECT, event_id_for
 
     for want in expected:
         spans = decode((folder / want["file"]).read_bytes(), "protobuf", SELECT).spans

@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.api import otlp
-from service.migrate import upgrade
+from service.store.migrate import upgrade
 from tests.conftest import LiveServer, WorkerFactory, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
 

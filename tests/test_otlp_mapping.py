@@ -30,11 +30,11 @@ from sqlalchemy import create_engine, text
 
 from service.api import otlp
 from service.api.app import create_app
-from service.ingest import Rejection
-from service.otlp.decode import PayloadError, Span, decode
-from service.otlp.mapping import SELECT, MappingConfig, map_request, map_span
-from service.repository import passage_key, text_hash
+from service.ingest.accept import Rejection
+from service.ingest.otlp.decode import PayloadError, Span, decode
+from service.ingest.otlp.mapping import SELECT, MappingConfig, map_request, map_span
 from service.settings import Settings
+from service.store.events import passage_key, text_hash
 from tests.conftest import make_settings
 
 TRACE_ID = bytes.fromhex("5b8efff798038103d269b633813fc60c")
@@ -475,7 +475,7 @@ def test_spans_that_cannot_become_events_are_a_partial_success(
 def test_the_batch_limit_applies_to_retrieval_spans(
     tmp_path: Path, sqlite_url: str, redis_url: str
 ) -> None:
-    from service.migrate import upgrade
+    from service.store.migrate import upgrade
 
     upgrade(sqlite_url)
     settings = make_settings(tmp_path, sqlite_url, redis_url, max_batch_events=1)
@@ -520,7 +520,7 @@ def test_an_empty_export_succeeds(otlp_client: TestClient) -> None:
 
 
 def test_the_body_limit_applies(tmp_path: Path, sqlite_url: str, redis_url: str) -> None:
-    from service.migrate import upgrade
+    from service.store.migrate import upgrade
 
     upgrade(sqlite_url)
     settings = make_settings(tmp_path, sqlite_url, redis_url, max_body_bytes=4096)
@@ -537,11 +537,11 @@ def test_the_body_limit_applies(tmp_path: Path, sqlite_url: str, redis_url: str)
 
 
 def test_the_api_key_decides_the_tenant(tmp_path: Path, sqlite_url: str, redis_url: str) -> None:
-    from service import keys_repository
-    from service.auth import key_hash, new_key
-    from service.db import get_engine, session_scope
-    from service.migrate import upgrade
-    from service.repository import utcnow
+    from service.api.keys import key_hash, new_key
+    from service.store import keys as keys_repository
+    from service.store.engine import get_engine, session_scope
+    from service.store.events import utcnow
+    from service.store.migrate import upgrade
 
     upgrade(sqlite_url)
     settings = make_settings(tmp_path, sqlite_url, redis_url, auth_required=True)

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
-from service.migrate import upgrade
 from service.settings import Settings
+from service.store.migrate import upgrade
 from tests.conftest import WorkerFactory, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event

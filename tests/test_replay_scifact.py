@@ -10,10 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.migrate import upgrade
 from service.replay.beir import load_beir
 from service.replay.bm25 import Bm25Index
 from service.replay.replay import ReplayConfig, run_replay
+from service.store.migrate import upgrade
 from tests.conftest import LiveServer, WorkerFactory, make_settings, shared_data_dir, wait_for
 
 SCIFACT = shared_data_dir() / "scifact"

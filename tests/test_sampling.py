@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
-from service.migrate import upgrade
+from service.ingest.sampling import decide, rate_for, sample_point
 from service.queue import urgent_queue
-from service.sampling import decide, rate_for, sample_point
+from service.store.migrate import upgrade
 from tests.conftest import make_settings
 from tests.helpers import make_event
 

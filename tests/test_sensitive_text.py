@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.migrate import upgrade
-from service.redaction import Redactor
+from service.ingest.redaction import Redactor
+from service.store.migrate import upgrade
 from tests.conftest import WorkerFactory, make_settings
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
-from service.migrate import upgrade
-from service.signals import (
+from service.ingest.signals import (
     compute_signals,
     count_near_duplicates,
     jaccard,
@@ -23,6 +22,7 @@ from service.signals import (
     shingles,
     words,
 )
+from service.store.migrate import upgrade
 from tests.conftest import make_settings
 from tests.helpers import make_event
 
@@ -202,10 +202,10 @@ def test_the_hot_path_modules_are_pure() -> None:
     """Sampling and signals run on every request: no project import, no I/O."""
     import ast
 
-    import service.sampling
-    import service.signals
+    import service.ingest.sampling
+    import service.ingest.signals
 
-    for module in (service.sampling, service.signals):
+    for module in (service.ingest.sampling, service.ingest.signals):
         source = Path(str(module.__file__)).read_text()
         imported: set[str] = set()
         for node in ast.walk(ast.parse(source)):

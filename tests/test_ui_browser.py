@@ -22,15 +22,15 @@ import httpx
 import pytest
 import uvicorn
 
-from service.auth import key_hash, new_key
-from service.db import make_engine, session_scope
+from service.api.keys import key_hash, new_key
 from service.embedded import free_port
-from service.keys_repository import add_key
-from service.migrate import upgrade
 from service.replay.beir import load_beir
 from service.replay.replay import ReplayConfig, ReplayReport, run_replay
 from service.replay.workload import generate_workload
 from service.settings import Settings
+from service.store.engine import make_engine, session_scope
+from service.store.keys import add_key
+from service.store.migrate import upgrade
 from tests.conftest import WorkerFactory, http_ok, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event

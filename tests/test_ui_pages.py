@@ -20,16 +20,18 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, inspect, update
 
-from service import repository, ui
+from service import ui
 from service.api.app import create_app
-from service.auth import key_hash, new_key
-from service.db import make_engine, session_scope
-from service.keys_repository import add_key
-from service.measures import EventLabels, compute_measures
-from service.migrate import alembic_config, upgrade
-from service.models import Event, Passage
+from service.api.keys import key_hash, new_key
+from service.measures.formulas import EventLabels, compute_measures
 from service.schemas import EventIn
 from service.settings import Settings
+from service.store import events as event_store
+from service.store import judging as judging_store
+from service.store.engine import make_engine, session_scope
+from service.store.keys import add_key
+from service.store.migrate import alembic_config, upgrade
+from service.store.models import Event, Passage
 from service.ui.auth import COOKIE_NAME, UI_HEADER, UI_HEADER_VALUE, safe_next
 from service.ui.charts import line_chart
 from service.ui.filters import bucket_seconds, parse_filter
@@ -60,10 +62,10 @@ def judge(
 ) -> dict[str, float | None]:
     """Store a judging of the event with these grades, as a worker would."""
     with session_scope(engine) as session:
-        found = repository.find_event(session, tenant, event_id)
+        found = event_store.find_event(session, tenant, event_id)
         assert found is not None
         assert found.id is not None
-        event = repository.load_for_judging(session, found.id)
+        event = judging_store.load_for_judging(session, found.id)
         assert event is not None
         gold = set(event.gold_passage_ids or [])
         labels = EventLabels(
@@ -74,7 +76,7 @@ def judge(
             n_gold=len(gold) if gold else None,
         )
         measures = compute_measures(labels, 0.5)
-        result = repository.JudgingResult(
+        result = judging_store.JudgingResult(
             grades=list(grades),
             from_cache=[False] * len(grades),
             context_rating=context,
@@ -83,14 +85,14 @@ def judge(
             completion_tokens=5,
             malformed_replies=0,
             new_cache_entries={},
-            query_hash=repository.text_hash(event.query),
+            query_hash=event_store.text_hash(event.query),
             measures=measures,
             np_window=int(measures["np_window"] or 0),
             alpha=0.5,
             threshold=2,
         )
-        who = repository.JudgeIdentity(judge_name, "test-model", prompt_version)
-        assert repository.store_judging(session, event, who, result)
+        who = judging_store.JudgeIdentity(judge_name, "test-model", prompt_version)
+        assert judging_store.store_judging(session, event, who, result)
         session.commit()
     return measures
 
@@ -217,7 +219,7 @@ def test_the_time_window_and_paging(client: TestClient, engine: Engine) -> None:
             (f"old-{i}", EventIn.model_validate(make_event(f"old-{i}", n=2, k=1)))
             for i in range(55)
         ]
-        repository.insert_events(session, "default", events, old)
+        event_store.insert_events(session, "default", events, old)
         session.commit()
     assert client.post("/v1/events", json=make_event("new", n=2, k=1)).status_code == 202
     assert rows_of(client.get("/ui/events?window=24h").text) == ["new"]

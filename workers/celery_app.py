@@ -14,11 +14,11 @@ from celery import Celery
 from celery.signals import worker_init
 from redis import Redis
 
-from service.db import make_engine
-from service.db_check import warn_if_statistics_go_stale
 from service.queue import JUDGE_SLICE_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK
 from service.redis_check import eviction_problem
 from service.settings import get_settings
+from service.store.db_check import warn_if_statistics_go_stale
+from service.store.engine import make_engine
 
 VISIBILITY_TIMEOUT_SECONDS = 3600
 

@@ -23,16 +23,17 @@ from typing import Literal
 
 from sqlalchemy.exc import IntegrityError
 
-from service import repository
-from service.aggregates import Delta
-from service.budget import BudgetExhaustedError, reserve_call, settle_call
-from service.db import session_scope
-from service.measures import EventLabels, compute_measures
-from service.models import EventStatus
-from service.ratelimit import TokenBucket
-from service.repository import EventForJudging, JudgeIdentity, StoredScore
+from service.ingest.ratelimit import TokenBucket
+from service.measures.formulas import EventLabels, compute_measures
 from service.runtime import Runtime
-from service.score_export import ExportLabels, done_key, score_delta
+from service.spend.budget import BudgetExhaustedError, reserve_call, settle_call
+from service.store import events as event_store
+from service.store import judging as judging_store
+from service.store.engine import session_scope
+from service.store.judging import EventForJudging, JudgeIdentity, StoredScore
+from service.store.models import EventStatus
+from service.telemetry.aggregates import Delta
+from service.telemetry.score_export import ExportLabels, done_key, score_delta
 from workers.judge.base import Judge, JudgeReply, TransientJudgeError
 from workers.judge.prompt import JudgeRequest
 
@@ -112,10 +113,10 @@ def judge_events(
     who = judge.identity
     result = SliceResult()
     with session_scope(runtime.engine) as session:
-        events = repository.load_many_for_judging(session, event_pks)
-        scored = repository.scored_event_pks(session, [e.pk for e in events], who)
+        events = judging_store.load_many_for_judging(session, event_pks)
+        scored = judging_store.scored_event_pks(session, [e.pk for e in events], who)
         work = [
-            _Work(e, repository.text_hash(e.query), context_cache_key(e))
+            _Work(e, event_store.text_hash(e.query), context_cache_key(e))
             for e in events
             if e.pk not in scored and (force or e.status != EventStatus.SKIPPED)
         ]
@@ -124,10 +125,12 @@ def judge_events(
             hashes = wanted.setdefault(item.query_hash, set())
             hashes.update(p.content_hash for p in item.event.passages)
             hashes.add(item.ctx_key)
-        known = repository.cached_labels_many(session, who, wanted)
+        known = judging_store.cached_labels_many(session, who, wanted)
         # A redelivered task: the score is stored, the export may not have happened.
         redelivered = {
-            e.pk: (e, repository.stored_score(session, e.pk, who)) for e in events if e.pk in scored
+            e.pk: (e, judging_store.stored_score(session, e.pk, who))
+            for e in events
+            if e.pk in scored
         }
     found = {e.pk for e in events}
     for pk in event_pks:
@@ -288,7 +291,7 @@ def _ask(runtime: Runtime, judge: Judge, item: _Work) -> tuple[JudgeReply, Delta
     return reply, spent
 
 
-def _judging_result(runtime: Runtime, item: _Work) -> repository.JudgingResult:
+def _judging_result(runtime: Runtime, item: _Work) -> judging_store.JudgingResult:
     settings = runtime.settings
     event, plan, reply = item.event, item.plan, item.reply
     by_hash: dict[str, int | None] = {
@@ -323,7 +326,7 @@ def _judging_result(runtime: Runtime, item: _Work) -> repository.JudgingResult:
         n_gold=len(gold) if gold is not None else None,
     )
     measures = compute_measures(labels, settings.alpha)
-    return repository.JudgingResult(
+    return judging_store.JudgingResult(
         grades=grades,
         from_cache=from_cache,
         context_rating=context_rating,
@@ -340,7 +343,7 @@ def _judging_result(runtime: Runtime, item: _Work) -> repository.JudgingResult:
     )
 
 
-_Judged = tuple[EventForJudging, repository.JudgingResult]
+_Judged = tuple[EventForJudging, judging_store.JudgingResult]
 
 
 def _store(runtime: Runtime, who: JudgeIdentity, done: list[_Work]) -> dict[int, StoredScore]:
@@ -352,9 +355,9 @@ def _store(runtime: Runtime, who: JudgeIdentity, done: list[_Work]) -> dict[int,
 
     def write(batch: list[_Judged]) -> dict[int, StoredScore]:
         with session_scope(runtime.engine) as session:
-            stored = repository.store_judging_many(session, who, batch)
+            stored = judging_store.store_judging_many(session, who, batch)
             if erase:
-                repository.erase_passage_texts(session, list(stored))
+                judging_store.erase_passage_texts(session, list(stored))
             session.commit()
             return stored
 
@@ -379,7 +382,7 @@ def _export(
 ) -> None:
     """Add each event's score and judging cost to the shared aggregates, once per event, and the
     slice's spend figures, in one round trip."""
-    now = repository.utcnow()
+    now = event_store.utcnow()
     deltas: list[tuple[str, Delta]] = []
     for event, stored, reply in exports:
         delta = score_delta(

@@ -9,10 +9,6 @@ from functools import cache
 
 from celery import Task
 
-from service import repository, spend_repository
-from service.aggregates import Delta
-from service.budget import BudgetExhaustedError
-from service.db import session_scope
 from service.queue import (
     FANOUT_TASK,
     JUDGE_SLICE_TASK,
@@ -21,11 +17,17 @@ from service.queue import (
     SWEEP_TASK,
     slices,
 )
-from service.rebuild import ensure_aggregates
-from service.rejudge import OVERRIDABLE
+from service.replay.rejudge import OVERRIDABLE
 from service.runtime import Runtime
 from service.settings import Settings, get_settings
-from service.shedding import shed_backlog
+from service.spend.budget import BudgetExhaustedError
+from service.spend.shedding import shed_backlog
+from service.store import events as event_store
+from service.store import judging as judging_store
+from service.store import spend as spend_repository
+from service.store.engine import session_scope
+from service.telemetry.aggregates import Delta
+from service.telemetry.rebuild import ensure_aggregates
 from workers import judging
 from workers.celery_app import app
 from workers.judge import Judge, make_judge
@@ -96,7 +98,7 @@ def _over_budget(
     """Apply the budget policy: leave the event pending (the sweeper brings it back) or skip it."""
     skip = rt.settings.budget_policy == "skip" if skip is None else skip
     with session_scope(rt.engine) as session:
-        event = repository.load_for_judging(session, event_pk)
+        event = judging_store.load_for_judging(session, event_pk)
         skipped = spend_repository.mark_skipped(session, [event_pk], "budget") if skip else []
         session.commit()
     if event is None:
@@ -119,8 +121,8 @@ def _over_budget(
 
 def _give_up(rt: Runtime, current: Judge, event_pk: int, reason: str) -> None:
     with session_scope(rt.engine) as session:
-        event = repository.load_for_judging(session, event_pk)
-        repository.mark_failed(session, event_pk, reason)
+        event = judging_store.load_for_judging(session, event_pk)
+        judging_store.mark_failed(session, event_pk, reason)
         session.commit()
     if event is not None:
         who = current.identity
@@ -191,11 +193,11 @@ def purge_old_texts() -> int:
     rt = runtime()
     if rt.settings.retention_days <= 0:
         return 0
-    cutoff = repository.older_than(repository.utcnow(), rt.settings.retention_days * 86400)
+    cutoff = event_store.older_than(event_store.utcnow(), rt.settings.retention_days * 86400)
     purged = 0
     while True:
         with session_scope(rt.engine) as session:
-            count = repository.purge_texts(session, cutoff, limit=1000)
+            count = judging_store.purge_texts(session, cutoff, limit=1000)
             session.commit()
         purged += count
         if count < 1000:
@@ -212,16 +214,16 @@ def sweep_pending() -> int:
     rt = runtime()
     ensure_aggregates(rt)
     shed_backlog(rt)
-    now = repository.utcnow()
-    stale_before = repository.older_than(now, rt.settings.pending_requeue_seconds)
+    now = event_store.utcnow()
+    stale_before = event_store.older_than(now, rt.settings.pending_requeue_seconds)
     with session_scope(rt.engine) as session:
-        pks = repository.pending_to_requeue(session, stale_before, limit=10_000)
+        pks = event_store.pending_to_requeue(session, stale_before, limit=10_000)
         with app.producer_or_acquire() as producer:
             for part in slices(pks, rt.settings.judge_slice_events):
                 app.send_task(
                     JUDGE_SLICE_TASK, args=[part], queue=rt.settings.queue_name, producer=producer
                 )
-        repository.mark_enqueued(session, pks, now)
+        event_store.mark_enqueued(session, pks, now)
         session.commit()
     if pks:
         log.info("re-enqueued pending events", extra={"count": len(pks)})

@@ -2,6 +2,8 @@
 gold traffic says about the retrieval ceiling and the conversion rate (the article's arithmetic),
 whether a change is real at the sample size, and how far the judge agrees with the gold labels.
 
-Everything numeric is pure (arrays in, dataclasses out); ``service.analysis_repository`` reads
+Everything numeric is pure (arrays in, dataclasses out); ``service.store.analysis`` reads
 the database and ``runner`` ties the two together for the API and the command line.
+
+May import: ``service.store``, ``service.measures`` and the root modules (settings).
 """

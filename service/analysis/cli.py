@@ -20,10 +20,10 @@ from service.analysis.runner import (
     run_comparison,
 )
 from service.analysis.window import parse_moment, preceding, resolve_window
-from service.analysis_repository import EventWindow
-from service.db import get_engine, session_scope
-from service.repository import utcnow
 from service.settings import Settings
+from service.store.analysis import EventWindow
+from service.store.engine import get_engine, session_scope
+from service.store.events import utcnow
 
 TIME_HELP = "ISO 8601 (UTC unless an offset is given) or a span back from now: 90m, 24h, 7d, 2w"
 

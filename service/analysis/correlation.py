@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from service.analysis import stats
 from service.analysis.stats import Estimate, FloatArray, IntArray
-from service.measures import compute_batch
+from service.measures.formulas import compute_batch
 
 ALPHA_GRID: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(21))
 ALPHA_MEASURES: tuple[str, ...] = ("t", "t_u", "f_e", "f")
@@ -36,7 +36,7 @@ RATIO_EDGES: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 @dataclass(frozen=True)
 class JudgedTraffic:
-    """One row per judged event, in the layout of ``service.measures.compute_batch``.
+    """One row per judged event, in the layout of ``service.measures.formulas.compute_batch``.
 
     ``grades``: (n, width) judge grades 0-3 in rank order, NaN when missing or past the
     passages sent; ``n_sent``: passages judged per event (at most 2k); ``response_grades``:

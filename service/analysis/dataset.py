@@ -1,5 +1,5 @@
 """Stored events shaped into what the pure analysis takes: label matrices, gold questions and
-judge/gold label pairs. No SQL here (that is ``service.analysis_repository``), no statistics."""
+judge/gold label pairs. No SQL here (that is ``service.store.analysis``), no statistics."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 from service.analysis.calibration import LabelPair
 from service.analysis.correlation import JudgedTraffic
 from service.analysis.gold import GoldEvent
-from service.analysis_repository import AnalysisEvent, GoldJudgment
+from service.store.analysis import AnalysisEvent, GoldJudgment
 
 
 def _or_nan(value: int | None) -> float:

@@ -28,12 +28,12 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
-from service import analysis_repository as repo
 from service.analysis.calibration import JudgeCalibration, calibrate
 from service.analysis.dataset import label_pairs
-from service.analysis_repository import EventWindow
-from service.db import session_scope
-from service.repository import utcnow
+from service.store import analysis as repo
+from service.store.analysis import EventWindow
+from service.store.engine import session_scope
+from service.store.events import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from service.analysis.correlation import (
 )
 from service.analysis.gold import GoldReport
 from service.analysis.stats import DifferenceTest, Estimate
-from service.analysis_repository import JudgeCount
+from service.store.analysis import JudgeCount
 
 
 @dataclass(frozen=True)

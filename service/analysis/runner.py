@@ -8,14 +8,14 @@ from dataclasses import dataclass, replace
 
 from sqlmodel import Session
 
-from service import analysis_repository as repo
 from service.analysis.calibration import calibrate
 from service.analysis.compare import ComparisonReport, SideData, compare
 from service.analysis.correlation import JudgedTraffic, correlate
 from service.analysis.dataset import gold_events, judged_traffic, label_pairs
 from service.analysis.gold import CUTOFFS, GoldEvent, analyze_gold
 from service.analysis.report import AnalysisReport, Counts, Scope
-from service.analysis_repository import AnalysisEvent, EventWindow, JudgeCount
+from service.store import analysis as repo
+from service.store.analysis import AnalysisEvent, EventWindow, JudgeCount
 
 DEFAULT_MAX_EVENTS = 50_000
 # Gold events are read apart from the event budget, up to this many.

@@ -15,11 +15,11 @@ from service.analysis.runner import (
     run_comparison,
 )
 from service.analysis.window import parse_moment, preceding, resolve_window
-from service.analysis_repository import EventWindow
 from service.api.auth import Caller
 from service.api.deps import AppState, app_state
-from service.db import session_scope
-from service.repository import utcnow
+from service.store.analysis import EventWindow
+from service.store.engine import session_scope
+from service.store.events import utcnow
 
 router = APIRouter(prefix="/v1/analysis", tags=["analysis"])
 State = Annotated[AppState, Depends(app_state)]

@@ -11,16 +11,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from service import ui
-from service.aggregates import Delta
 from service.api import analysis, events, health, otlp
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.deps import AppState
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
-from service.db_check import warn_if_statistics_go_stale
-from service.ingest import empty_retrieval_labels
-from service.rebuild import ensure_aggregates
+from service.ingest.accept import empty_retrieval_labels
 from service.runtime import Runtime
 from service.settings import Settings
+from service.store.db_check import warn_if_statistics_go_stale
+from service.telemetry.aggregates import Delta
+from service.telemetry.rebuild import ensure_aggregates
 
 log = logging.getLogger(__name__)
 

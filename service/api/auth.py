@@ -11,7 +11,7 @@ from fastapi import Depends, HTTPException, Request, status
 from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import AppState, app_state, request_state
-from service.auth import ANONYMOUS, Principal
+from service.api.keys import ANONYMOUS, Principal
 
 
 def presented_key(request: Request) -> str | None:

@@ -8,17 +8,17 @@ from itertools import chain
 from fastapi import Request
 
 from service.analysis.gauges import CachedCalibrationGauges
-from service.auth import KeyStore
-from service.budget import BudgetGauges
-from service.db import session_scope
-from service.exporter import MetricsPage, PipelineState
-from service.group_commit import GroupCommitter
-from service.ingest import Ingestor
-from service.judge_dispatch import GatheringSender
+from service.api.keys import KeyStore
+from service.ingest.accept import Ingestor
+from service.ingest.dispatch import GatheringSender
+from service.ingest.group_commit import GroupCommitter
 from service.queue import urgent_queue
-from service.rebuild import ensure_aggregates_in_background
-from service.repository import pending_summary, utcnow
 from service.runtime import Runtime
+from service.spend.budget import BudgetGauges
+from service.store.engine import session_scope
+from service.store.events import pending_summary, utcnow
+from service.telemetry.exporter import MetricsPage, PipelineState
+from service.telemetry.rebuild import ensure_aggregates_in_background
 
 
 @dataclass

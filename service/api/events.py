@@ -6,14 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Response, status
 
-from service import repository
-from service.aggregates import Delta
 from service.api.auth import Caller
 from service.api.deps import AppState, request_state
-from service.auth import Principal
-from service.db import session_scope
-from service.group_commit import NotStoredError
-from service.ingest import Rejection, validate
+from service.api.keys import Principal
+from service.ingest.accept import Rejection, validate
+from service.ingest.group_commit import NotStoredError
 from service.schemas import (
     ERROR_RESPONSES,
     BatchIn,
@@ -25,6 +22,9 @@ from service.schemas import (
     IngestResult,
     PassageView,
 )
+from service.store import events as event_store
+from service.store.engine import session_scope
+from service.telemetry.aggregates import Delta
 
 router = APIRouter(prefix="/v1/events", tags=["events"], responses=ERROR_RESPONSES)
 State = Annotated[AppState, Depends(request_state)]
@@ -49,7 +49,7 @@ def post_event(event: EventIn, response: Response, state: State, caller: Caller)
     if isinstance(checked, Rejection):
         state.ingestor.ingest(caller.tenant, [], [checked])
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=checked.message)
-    # Committed together with the events of concurrent requests (service/group_commit.py).
+    # Committed together with the events of concurrent requests (service/ingest/group_commit.py).
     try:
         result = state.committer.store(caller.tenant, checked)
     except NotStoredError as exc:
@@ -108,10 +108,10 @@ def post_batch(batch: BatchIn, state: State, caller: Caller) -> BatchResult:
 def get_event(event_id: str, state: State, caller: Caller) -> EventView:
     """The event as stored, its judging status, per-passage grades and its measures."""
     with session_scope(state.runtime.engine) as session:
-        event = repository.find_event(session, caller.tenant, event_id)
+        event = event_store.find_event(session, caller.tenant, event_id)
         if event is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
-        stored = repository.stored_event(session, event)
+        stored = event_store.stored_event(session, event)
     return _view(stored)
 
 
@@ -121,10 +121,10 @@ def post_feedback(
 ) -> dict[str, Any]:
     """Attach the answer's grade (1-5) and/or correctness to an event, possibly long after it."""
     with session_scope(state.runtime.engine) as session:
-        event = repository.find_event(session, caller.tenant, event_id)
+        event = event_store.find_event(session, caller.tenant, event_id)
         if event is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
-        repository.record_feedback(session, event, feedback)
+        event_store.record_feedback(session, event, feedback)
         session.commit()
         labels = {"app": event.app, "retriever": event.retriever, "environment": event.environment}
     delta = Delta()
@@ -143,7 +143,7 @@ def refuse_if_needed(state: AppState, caller: Principal, events: int) -> None:
         )
 
 
-def _view(stored: repository.StoredEvent) -> EventView:
+def _view(stored: event_store.StoredEvent) -> EventView:
     event, score = stored.event, stored.score
     gold = set(event.gold_passage_ids) if event.gold_passage_ids is not None else None
     passages = []
@@ -161,7 +161,7 @@ def _view(stored: repository.StoredEvent) -> EventView:
         )
     measures: dict[str, float | None] = {}
     if score is not None:
-        from service.measures import MEASURE_NAMES
+        from service.measures.formulas import MEASURE_NAMES
 
         measures = {name: getattr(score, name) for name in MEASURE_NAMES}
         measures["alpha"] = score.alpha

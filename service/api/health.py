@@ -7,8 +7,8 @@ from sqlalchemy import text
 
 from service.api.auth import operations_access
 from service.api.events import State
-from service.db import session_scope
-from service.exposition import CONTENT_TYPE
+from service.store.engine import session_scope
+from service.telemetry.exposition import CONTENT_TYPE
 
 router = APIRouter(tags=["operations"])
 

@@ -12,7 +12,7 @@ from collections import Counter
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.aggregates import Aggregates, Delta
+from service.telemetry.aggregates import Aggregates, Delta
 
 log = logging.getLogger(__name__)
 FLUSH_SECONDS = 1.0

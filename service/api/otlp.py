@@ -15,10 +15,10 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import current_principal
 from service.api.deps import AppState, app_state
-from service.ingest import Rejection, validate
-from service.otlp.decode import Encoding, PayloadError, decode
-from service.otlp.mapping import SELECT, MappingConfig, map_request
-from service.otlp.responses import MEDIA_TYPES, status_body, success_body
+from service.ingest.accept import Rejection, validate
+from service.ingest.otlp.decode import Encoding, PayloadError, decode
+from service.ingest.otlp.mapping import SELECT, MappingConfig, map_request
+from service.ingest.otlp.responses import MEDIA_TYPES, status_body, success_body
 from service.schemas import EventIn
 
 log = logging.getLogger(__name__)

@@ -1,1 +1,6 @@
-"""Replay of BEIR-format datasets through a small BM25 retriever as live retrieval events."""
+"""Traffic sent again: BEIR-format datasets replayed through a small BM25 retriever as live
+retrieval events, the synthetic workload of the demo, and ``rejudge`` (stored events judged
+again with another judge or prompt version).
+
+May import: ``service.store``, ``service.spend``, ``service.analysis`` and the root modules.
+"""

@@ -7,15 +7,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 
-from service import repository
 from service.api.deps import AppState, app_state
-from service.db import session_scope
-from service.models import Event
-from service.ui import ui_repository
+from service.store import events as event_store
+from service.store.engine import session_scope
+from service.store.models import Event, MissCause, MissCauseKind
+from service.ui import queries as page_store
 from service.ui.auth import UiCaller
 from service.ui.filters import UNCLASSIFIED, EventFilter, TimeWindow
 from service.ui.schemas import CauseCountsView, MissCauseIn, MissCauseView
-from service.ui_models import MissCause, MissCauseKind
 
 router = APIRouter(tags=["misses"])
 State = Annotated[AppState, Depends(app_state)]
@@ -40,17 +39,17 @@ def put_miss_cause(
 ) -> MissCauseView:
     """Record why the event's gold passage did not reach the prompt; replaces an earlier cause."""
     with session_scope(state.runtime.engine) as session:
-        event = repository.find_event(session, caller.tenant, event_id)
+        event = event_store.find_event(session, caller.tenant, event_id)
         if event is None or event.id is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
-        if not ui_repository.is_gold_miss(session, event.id):
+        if not page_store.is_gold_miss(session, event.id):
             raise HTTPException(
                 status.HTTP_422_UNPROCESSABLE_CONTENT,
                 detail=f"event {event_id!r} is not a gold miss: it has no gold passage ids, or "
                 "one of them reached the prompt",
             )
-        cause = ui_repository.record_cause(
-            session, event.id, body.cause, body.note, repository.utcnow()
+        cause = page_store.record_cause(
+            session, event.id, body.cause, body.note, event_store.utcnow()
         )
         session.commit()
     return _view(event, cause)
@@ -60,10 +59,10 @@ def put_miss_cause(
 def get_miss_cause(event_id: str, state: State, caller: UiCaller) -> MissCauseView:
     """The cause recorded for the event's gold miss; 404 when none is."""
     with session_scope(state.runtime.engine) as session:
-        event = repository.find_event(session, caller.tenant, event_id)
+        event = event_store.find_event(session, caller.tenant, event_id)
         if event is None or event.id is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
-        cause = ui_repository.find_cause(session, event.id)
+        cause = page_store.find_cause(session, event.id)
     if cause is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, detail=f"no cause recorded for event {event_id!r}"
@@ -100,7 +99,7 @@ def get_cause_counts(
         window=TimeWindow("custom", _utc(since), _utc(until)), app=app, retriever=retriever
     )
     with session_scope(state.runtime.engine) as session:
-        counts = ui_repository.cause_counts(session, caller.tenant, chosen)
+        counts = page_store.cause_counts(session, caller.tenant, chosen)
     return CauseCountsView(
         gold_events=counts.gold_events,
         misses=counts.misses,

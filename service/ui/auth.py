@@ -16,7 +16,7 @@ from fastapi import Depends, HTTPException, Request, status
 
 from service.api.auth import presented_key
 from service.api.deps import AppState, app_state
-from service.auth import ANONYMOUS, Principal
+from service.api.keys import ANONYMOUS, Principal
 
 COOKIE_NAME = "rm_ui_key"
 COOKIE_MAX_AGE_SECONDS = 12 * 3600

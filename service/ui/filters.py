@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 from urllib.parse import urlencode
 
-from service.measures import MEASURE_NAMES
-from service.ui_models import MissCauseKind
+from service.measures.formulas import MEASURE_NAMES
+from service.store.models import MissCauseKind
 
 WINDOWS: dict[str, timedelta | None] = {
     "1h": timedelta(hours=1),

@@ -13,11 +13,12 @@ from urllib.parse import parse_qs, quote
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from service import repository
 from service.api.deps import AppState, app_state
-from service.db import session_scope
-from service.measures import MEASURE_NAMES
-from service.ui import ui_repository, views
+from service.measures.formulas import MEASURE_NAMES
+from service.store import events as event_store
+from service.store.engine import session_scope
+from service.ui import queries as page_store
+from service.ui import views
 from service.ui.auth import (
     COOKIE_MAX_AGE_SECONDS,
     COOKIE_NAME,
@@ -28,8 +29,7 @@ from service.ui.auth import (
     safe_next,
 )
 from service.ui.filters import UNCLASSIFIED, WINDOWS, EventFilter, parse_filter
-from service.ui.render import render
-from service.ui_models import MISS_CAUSE_TITLES
+from service.ui.render import MISS_CAUSE_TITLES, render
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 State = Annotated[AppState, Depends(app_state)]
@@ -71,7 +71,7 @@ def _filter(request: Request) -> EventFilter:
 def overview_page(request: Request, state: State, caller: PageCaller) -> Response:
     chosen = _filter(request)
     with session_scope(state.runtime.engine) as session:
-        data = ui_repository.overview(session, caller.tenant, chosen.window)
+        data = page_store.overview(session, caller.tenant, chosen.window)
     return _page(
         request,
         "overview.html",
@@ -88,8 +88,8 @@ def overview_page(request: Request, state: State, caller: PageCaller) -> Respons
 def events_page(request: Request, state: State, caller: PageCaller) -> Response:
     chosen = _filter(request)
     with session_scope(state.runtime.engine) as session:
-        page = ui_repository.list_events(session, caller.tenant, chosen)
-        choices = ui_repository.label_choices(session, caller.tenant, chosen.window)
+        page = page_store.list_events(session, caller.tenant, chosen)
+        choices = page_store.label_choices(session, caller.tenant, chosen.window)
     return _page(
         request,
         "events.html",
@@ -106,12 +106,12 @@ def events_page(request: Request, state: State, caller: PageCaller) -> Response:
 @router.get("/events/{event_id}", response_class=HTMLResponse)
 def event_page(event_id: str, request: Request, state: State, caller: PageCaller) -> Response:
     with session_scope(state.runtime.engine) as session:
-        event = repository.find_event(session, caller.tenant, event_id)
+        event = event_store.find_event(session, caller.tenant, event_id)
         if event is None or event.id is None:
             return _not_found(request, event_id)
-        stored = repository.stored_event(session, event)
-        is_miss = ui_repository.is_gold_miss(session, event.id)
-        cause = ui_repository.find_cause(session, event.id)
+        stored = event_store.stored_event(session, event)
+        is_miss = page_store.is_gold_miss(session, event.id)
+        cause = page_store.find_cause(session, event.id)
     return _page(
         request,
         "event.html",
@@ -130,10 +130,10 @@ def event_page(event_id: str, request: Request, state: State, caller: PageCaller
 def misses_page(request: Request, state: State, caller: PageCaller) -> Response:
     chosen = _filter(request)
     with session_scope(state.runtime.engine) as session:
-        counts = ui_repository.cause_counts(session, caller.tenant, chosen)
-        page = ui_repository.list_events(session, caller.tenant, chosen, misses_only=True)
-        ranks = ui_repository.gold_ranks(session, [row.pk for row in page.rows])
-        choices = ui_repository.label_choices(session, caller.tenant, chosen.window)
+        counts = page_store.cause_counts(session, caller.tenant, chosen)
+        page = page_store.list_events(session, caller.tenant, chosen, misses_only=True)
+        ranks = page_store.gold_ranks(session, [row.pk for row in page.rows])
+        choices = page_store.label_choices(session, caller.tenant, chosen.window)
     return _page(
         request,
         "misses.html",
@@ -155,13 +155,13 @@ def misses_page(request: Request, state: State, caller: PageCaller) -> Response:
 def miss_page(event_id: str, request: Request, state: State, caller: PageCaller) -> Response:
     chosen = _filter(request)
     with session_scope(state.runtime.engine) as session:
-        event = repository.find_event(session, caller.tenant, event_id)
+        event = event_store.find_event(session, caller.tenant, event_id)
         if event is None or event.id is None:
             return _not_found(request, event_id)
-        stored = repository.stored_event(session, event)
-        is_miss = ui_repository.is_gold_miss(session, event.id)
-        cause = ui_repository.find_cause(session, event.id)
-        following = ui_repository.next_unclassified_miss(session, caller.tenant, chosen, event.id)
+        stored = event_store.stored_event(session, event)
+        is_miss = page_store.is_gold_miss(session, event.id)
+        cause = page_store.find_cause(session, event.id)
+        following = page_store.next_unclassified_miss(session, caller.tenant, chosen, event.id)
     rows = views.passage_rows(stored)
     return _page(
         request,

@@ -14,7 +14,7 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 
-from service.ui_models import MISS_CAUSE_TITLES, MissCauseKind
+from service.store.models import MissCauseKind
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -45,6 +45,15 @@ _STOPWORDS = frozenset({
 })
 # fmt: on
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+# How each miss cause reads on the pages.
+MISS_CAUSE_TITLES: dict[MissCauseKind, str] = {
+    MissCauseKind.VOCABULARY_MISMATCH: "Vocabulary mismatch",
+    MissCauseKind.SPANS_PASSAGES: "Answer spans two passages",
+    MissCauseKind.NOT_IN_CORPUS: "Document not in the corpus",
+    MissCauseKind.AMBIGUOUS_QUESTION: "Ambiguous question",
+    MissCauseKind.OTHER: "Other",
+}
 
 
 def query_terms(query: str) -> frozenset[str]:

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field, model_validator
 
-from service.ui_models import MAX_NOTE_CHARS, MissCauseKind
+from service.store.models import MAX_NOTE_CHARS, MissCauseKind
 
 
 class MissCauseIn(BaseModel):

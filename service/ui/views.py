@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 
 from markupsafe import Markup
 
-from service.measures import MEASURE_NAMES
-from service.repository import StoredEvent
+from service.measures.formulas import MEASURE_NAMES
+from service.store.events import StoredEvent
 from service.ui.charts import UNIT_MEASURES, Chart, line_chart
+from service.ui.queries import GroupOverview, JudgeSlice, Overview
 from service.ui.render import highlight, query_terms
-from service.ui.ui_repository import GroupOverview, JudgeSlice, Overview
 
 GOLD_ONLY = frozenset({"recall", "f", "ndcg_gold"})
 REGIME = "k_over_np_est"

@@ -32,8 +32,8 @@ from tests.benchmarks.common import (
 
 def fill(apps: int, retrievers: int) -> int:
     """Write the aggregates; returns how many series /metrics will carry for them."""
-    from service.aggregates import Aggregates, Delta
-    from service.metrics import MEASURE_BUCKETS
+    from service.telemetry.aggregates import Aggregates, Delta
+    from service.telemetry.metrics import MEASURE_BUCKETS
 
     aggregates = Aggregates(redis.Redis.from_url(REDIS_URL))
     for a in range(apps):

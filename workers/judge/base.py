@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from service.repository import JudgeIdentity
+from service.store.judging import JudgeIdentity
 from workers.judge.prompt import JudgeRequest
 
 

@@ -24,8 +24,8 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from redis import Redis
 
-from service.repository import JudgeIdentity
 from service.settings import Settings
+from service.store.judging import JudgeIdentity
 from workers.judge.base import JudgeReply, TransientJudgeError
 from workers.judge.output_mode import OutputModes, is_format_rejection
 from workers.judge.prompt import (

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from service.repository import JudgeIdentity
 from service.settings import Settings
+from service.store.judging import JudgeIdentity
 from workers.judge.base import JudgeReply
 from workers.judge.encoders import Backend, load_encoder, resolve_backend
 from workers.judge.prompt import JudgeRequest

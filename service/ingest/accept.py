@@ -1,0 +1,269 @@
+"""Accepting events: validate against the limits, commit, count, then enqueue judging.
+
+The order is the guarantee: nothing is acknowledged before it is committed, and nothing is
+enqueued before it is committed (a task never looks for an event that is not there yet).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
+
+from service.ingest.backpressure import Backpressure
+from service.ingest.counts import IngestCounts
+from service.ingest.ratelimit import TokenBucket
+from service.ingest.redaction import Redactor
+from service.ingest.sampling import decide
+from service.ingest.signals import Signals, compute_signals, looks_bad
+from service.queue import TaskSender, urgent_queue
+from service.runtime import Runtime
+from service.schemas import EventIn, IngestResult, check_limits
+from service.settings import Settings
+from service.store import events as event_store
+from service.store.engine import session_scope
+from service.telemetry.aggregates import Delta
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    event_id: str | None
+    reason: str  # a bounded metric label: invalid, empty_retrieval, limits, conflict
+    message: str
+    empty_retrieval: dict[str, str] | None = None  # its labels, when no passage was sent
+
+
+def new_event_id() -> str:
+    return uuid.uuid4().hex
+
+
+def validate(raw: dict[str, Any] | EventIn, runtime: Runtime) -> EventIn | Rejection:
+    claimed = raw.get("event_id") if isinstance(raw, dict) else raw.event_id
+    event_id = claimed if isinstance(claimed, str) else None
+    try:
+        event = raw if isinstance(raw, EventIn) else EventIn.model_validate(raw)
+    except ValidationError as exc:
+        empty = empty_retrieval_labels(raw)
+        return Rejection(event_id, "empty_retrieval" if empty else "invalid", _explain(exc), empty)
+    problems = check_limits(event, runtime.settings)
+    if problems:
+        return Rejection(event_id, "limits", "; ".join(problems))
+    return redact_event(event, runtime.redactor)
+
+
+def empty_retrieval_labels(raw: object) -> dict[str, str] | None:
+    """The labels of a body that reports a retrieval with no passage at all, else None.
+
+    The v1 contract refuses such an event (there is nothing to judge), but a retriever returning
+    nothing is exactly what the empty-retrieval signal and its alert watch for, so it is counted.
+    """
+    if not isinstance(raw, dict) or raw.get("passages") != []:
+        return None
+    labels = {name: raw.get(name) for name in ("app", "retriever", "environment")}
+    if not isinstance(labels["app"], str) or not isinstance(labels["retriever"], str):
+        return None
+    limit = 100
+    return {k: v[:limit] if isinstance(v, str) else "" for k, v in labels.items()}
+
+
+def redact_event(event: EventIn, redactor: Redactor) -> EventIn:
+    """The event with its texts masked; every later stage only ever sees this copy."""
+    if not redactor:
+        return event
+    return event.model_copy(
+        update={
+            "query": redactor.redact(event.query),
+            "passages": [
+                p.model_copy(update={"text": redactor.redact(p.text)}) for p in event.passages
+            ],
+            "response": redactor.redact(event.response) if event.response else event.response,
+        }
+    )
+
+
+def _explain(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in error["loc"]) or "body"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Triage:
+    """What ingest decides about an event without a judge: sample it, hurry it, its signals."""
+
+    judge: bool
+    reason: str  # gold, sampled, unsampled
+    urgent: bool
+    signals: Signals
+
+    @classmethod
+    def of(cls, event_id: str, event: EventIn, settings: Settings) -> Triage:
+        signals = compute_signals(
+            [p.text for p in event.passages],
+            [p.score for p in event.passages],
+            event.k or len(event.passages),
+            settings.signal_short_passages,
+            settings.signal_duplicate_similarity,
+            settings.signal_max_compared_passages,
+        )
+        is_gold = event.gold_passage_ids is not None
+        sample = decide(
+            event_id,
+            event.app,
+            event.retriever,
+            is_gold,
+            settings.sample_rate,
+            settings.sample_rates,
+        )
+        urgent = sample.judge and (is_gold or looks_bad(signals))
+        return cls(sample.judge, sample.reason, urgent, signals)
+
+
+def _initial_states(triage: dict[str, Triage]) -> dict[str, event_store.InitialState]:
+    """Unsampled events are stored skipped and urgent ones with priority, in the INSERT itself."""
+    return {
+        event_id: event_store.InitialState(
+            skip_reason=None if chosen.judge else "unsampled", priority=int(chosen.urgent)
+        )
+        for event_id, chosen in triage.items()
+        if chosen.urgent or not chosen.judge
+    }
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request is turned away before anything is stored, and when to come back."""
+
+    status_code: int  # 503 (the service is overloaded) or 429 (the tenant is over its rate)
+    reason: str
+    message: str
+    retry_after_seconds: int
+
+
+class Ingestor:
+    def __init__(self, runtime: Runtime, sender: TaskSender) -> None:
+        self.runtime = runtime
+        self.sender = sender
+        self.backpressure = Backpressure(runtime)
+        self._urgent: TaskSender | None = None
+
+    def admit(self, tenant: str, events: int) -> Refusal | None:
+        """Refuse work the service cannot take now; None when the request may proceed."""
+        overload = self.backpressure.check()
+        refusal: Refusal | None = None
+        if overload is not None:
+            refusal = Refusal(503, overload.reason, overload.message, overload.retry_after_seconds)
+        elif self.runtime.settings.tenant_events_per_second > 0:
+            decision = self._tenant_bucket(tenant).take(events)
+            if not decision.allowed:
+                refusal = Refusal(
+                    429,
+                    "rate_limited",
+                    f"tenant {tenant!r} is over {self.runtime.settings.tenant_events_per_second:g} "
+                    "events per second",
+                    max(1, math.ceil(decision.retry_after_seconds)),
+                )
+        if refusal is not None:
+            delta = Delta()
+            delta.inc("events_rejected", {"reason": refusal.reason}, events)
+            self.count(delta)
+        return refusal
+
+    def _tenant_bucket(self, tenant: str) -> TokenBucket:
+        settings = self.runtime.settings
+        return TokenBucket(
+            self.runtime.redis,
+            f"tenant:{tenant}",
+            settings.tenant_events_per_second,
+            settings.tenant_burst_events,
+        )
+
+    def ingest(
+        self, tenant: str, events: Sequence[EventIn], rejections: Sequence[Rejection] = ()
+    ) -> list[IngestResult]:
+        """Commit the valid events, then count and enqueue; results in the order given."""
+        settings = self.runtime.settings
+        named = [(event.event_id or new_event_id(), event) for event in events]
+        triage: dict[str, Triage] = {}
+        for event_id, event in named:
+            # An id repeated in the batch is stored once, as its first occurrence.
+            if event_id not in triage:
+                triage[event_id] = Triage.of(event_id, event, settings)
+        initial = _initial_states(triage)
+        with session_scope(self.runtime.engine) as session:
+            try:
+                started = time.perf_counter()
+                stored = event_store.insert_events(
+                    session, tenant, named, event_store.utcnow(), initial
+                )
+                session.commit()
+                self.backpressure.record_commit(time.perf_counter() - started)
+            except IntegrityError:
+                # Another request inserted one of these ids between our check and our insert.
+                session.rollback()
+                stored = event_store.insert_events_one_by_one(
+                    session, tenant, named, event_store.utcnow(), initial
+                )
+
+        delta = Delta()
+        counts = IngestCounts()
+        results: list[IngestResult] = []
+        new_pks: list[int] = []
+        urgent_pks: list[int] = []
+        for (event_id, event), outcome in zip(named, stored, strict=True):
+            key = (event.app, event.retriever, event.environment or "")
+            if outcome.outcome == "accepted":
+                assert outcome.pk is not None
+                chosen = triage[event_id]
+                if chosen.judge:
+                    (urgent_pks if chosen.urgent else new_pks).append(outcome.pk)
+                counts.accepted(key, chosen.judge, chosen.reason, chosen.signals)
+                results.append(IngestResult(event_id=outcome.event_id, status="accepted"))
+            elif outcome.outcome == "duplicate":
+                counts.duplicate(key)
+                results.append(IngestResult(event_id=outcome.event_id, status="duplicate"))
+            else:
+                delta.inc("events_rejected", {"reason": "conflict"})
+                results.append(
+                    IngestResult(
+                        event_id=outcome.event_id,
+                        status="rejected",
+                        error="event_id already used for a different event",
+                    )
+                )
+        counts.add_to(delta)
+        for rejection in rejections:
+            delta.inc("events_rejected", {"reason": rejection.reason})
+            if rejection.empty_retrieval is not None:
+                delta.inc("signal_empty_retrievals", rejection.empty_retrieval)
+        self.count(delta)
+        if urgent_pks:
+            self._urgent_sender().send_judge(urgent_pks)
+        if new_pks:
+            self.sender.send_judge(new_pks)
+        return results
+
+    def _urgent_sender(self) -> TaskSender:
+        if self._urgent is None:
+            broker = str(self.sender.app.conf.broker_url)
+            self._urgent = TaskSender(
+                broker, urgent_queue(self.sender.queue), self.sender.slice_events
+            )
+        return self._urgent
+
+    def count(self, delta: Delta) -> None:
+        try:
+            self.runtime.aggregates.add(delta)
+        except Exception:  # counters are rebuilt from the database; never fail an accepted event
+            log.warning("could not update ingest counters", exc_info=True)

@@ -1,0 +1,275 @@
+"""``retrieval-monitor rejudge``: judge stored events again with another judge or prompt version.
+
+For backfills and judge comparisons. The new scores carry their own judge and prompt version, so
+the old and the new series sit side by side and nothing is overwritten. The run is resumable: its
+cursor (the last event sent) lives in Redis under a key derived from its arguments, so the same
+command picks up where it stopped; the workers skip events that already have a score from that
+judge under their prompt version. It stays within the budgets: before each batch it checks the
+apps' budgets and waits for the window to reset (or stops, with ``--no-wait``), and the workers
+reserve every call as usual.
+
+After a prompt change, naming the workers' own model (``--judge-model`` set to ``RM_JUDGE_MODEL``)
+gives stored events scores under the new prompt version beside their old ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from celery import Celery
+from tqdm import tqdm
+
+from service.queue import JUDGE_TASK
+from service.runtime import Runtime
+from service.settings import Settings
+from service.spend.budget import Budget
+from service.store import spend as spend_repository
+from service.store.engine import session_scope
+from service.store.events import utcnow
+
+# Judge settings a re-judge may replace. The API key is not among them: it would travel through
+# the broker; a worker reaches another endpoint with its own key.
+OVERRIDABLE = ("judge_base_url", "judge_model", "judge_per_passage", "judge_shuffle")
+CURSOR_PREFIX = "rm:rejudge:"
+CURSOR_TTL_SECONDS = 30 * 86400
+
+
+@dataclass(frozen=True)
+class RejudgePlan:
+    since: datetime
+    until: datetime
+    tenant: str
+    app: str | None
+    retriever: str | None
+    overrides: dict[str, str]
+    include_skipped: bool = False
+    # The window as the user wrote it ("7d"): the same command resolves it to other instants
+    # later, and must still find its cursor.
+    window_text: str = ""
+
+    @property
+    def run_id(self) -> str:
+        fields = asdict(self)
+        del fields["since"], fields["until"]
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def target_judge(self) -> str | None:
+        """The judge name the new scores will carry, when only the model changes (a prompt
+        change keeps the judge name, and its scores are told apart by version alone)."""
+        if set(self.overrides) - {"judge_model", "judge_base_url"}:
+            return None
+        return self.overrides.get("judge_model")
+
+    def judge_to_leave_out(self, workers_model: str) -> str | None:
+        """The judge whose scored events need not be sent: the target judge, unless it is the
+        model the workers already judge with.
+
+        Re-judging with the workers' own model is how stored events get scores under a new
+        prompt version; their earlier scores from that model carry the old version, which only
+        the workers know to tell apart (``service`` does not import the prompt), so they must
+        be sent, and the workers skip what their current version has already scored.
+        """
+        target = self.target_judge
+        return None if target == workers_model else target
+
+
+@dataclass(frozen=True)
+class RejudgeResult:
+    total: int  # events of the selection still to send when the run started
+    sent: int
+    stopped_for_budget: str | None  # the app whose budget stopped a --no-wait run
+
+
+def seconds_until_reset(window: str, now: float) -> float:
+    period = 3600 if window.endswith("hour") else 86400
+    return period - now % period
+
+
+class Rejudge:
+    def __init__(
+        self,
+        runtime: Runtime,
+        sender: Celery,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.runtime = runtime
+        self.sender = sender
+        self.sleep = sleep
+        self.budget = Budget(runtime.redis, runtime.settings)
+
+    def cursor_key(self, plan: RejudgePlan) -> str:
+        return CURSOR_PREFIX + plan.run_id
+
+    def cursor(self, plan: RejudgePlan) -> int:
+        value = self.runtime.redis.get(self.cursor_key(plan))
+        return int(value) if value is not None else 0
+
+    def run(
+        self,
+        plan: RejudgePlan,
+        batch_size: int = 200,
+        max_queued: int = 1_000,
+        wait_for_budget: bool = True,
+        limit: int | None = None,
+        progress: bool = True,
+    ) -> RejudgeResult:
+        queue = self.runtime.settings.queue_name
+        with session_scope(self.runtime.engine) as session:
+            todo = spend_repository.rejudge_candidates(
+                session,
+                spend_repository.RejudgeSelection(
+                    since=plan.since,
+                    until=plan.until,
+                    tenant=plan.tenant,
+                    app=plan.app,
+                    retriever=plan.retriever,
+                    include_skipped=plan.include_skipped,
+                    after_pk=self.cursor(plan),
+                    without_judge=plan.judge_to_leave_out(self.runtime.settings.judge_model),
+                ),
+            )
+        if limit is not None:
+            todo = todo[:limit]
+        sent = 0
+        bar = tqdm(total=len(todo), unit="event", disable=not progress, file=sys.stderr)
+        try:
+            for start in range(0, len(todo), batch_size):
+                batch = todo[start : start + batch_size]
+                blocked = self._wait_for_budget({app for _, app in batch}, wait_for_budget, bar)
+                if blocked is not None:
+                    return RejudgeResult(len(todo), sent, blocked)
+                while self.runtime.redis.llen(queue) > max_queued:
+                    self.sleep(1.0)
+                with self.sender.producer_or_acquire() as producer:
+                    for pk, _ in batch:
+                        self.sender.send_task(
+                            JUDGE_TASK, args=[pk, plan.overrides], queue=queue, producer=producer
+                        )
+                self.runtime.redis.set(self.cursor_key(plan), batch[-1][0], ex=CURSOR_TTL_SECONDS)
+                sent += len(batch)
+                bar.update(len(batch))
+        finally:
+            bar.close()
+        return RejudgeResult(len(todo), sent, None)
+
+    def _wait_for_budget(self, apps: set[str], wait: bool, bar: tqdm) -> str | None:  # type: ignore[type-arg]
+        """Block until every app of the batch has budget left; the app that stops a no-wait run."""
+        for app in sorted(apps):
+            while True:
+                spent = [w for w, left in self.budget.remaining(app).items() if left == 0]
+                if not spent:
+                    break
+                if not wait:
+                    return app
+                pause = max(seconds_until_reset(w, time.time()) for w in spent)
+                bar.set_postfix_str(f"budget of {app} spent, waiting {pause:.0f}s")
+                self.sleep(min(pause + 1, 60.0))
+            bar.set_postfix_str("")
+        return None
+
+
+def add_rejudge_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from service.analysis.cli import TIME_HELP
+
+    rejudge = sub.add_parser(
+        "rejudge",
+        help="judge stored events again with another judge or prompt version",
+        description="Send the events of a window (optionally one app or retriever) to the "
+        "workers again with judge overrides. Resumable: the same command continues where it "
+        "stopped. New scores carry their own judge and prompt version.",
+    )
+    rejudge.add_argument("--since", default="1d", help=f"window start (default 1d). {TIME_HELP}")
+    rejudge.add_argument("--until", default=None, help=f"window end (default now). {TIME_HELP}")
+    rejudge.add_argument("--tenant", default="default", help="whose events (default: default)")
+    rejudge.add_argument("--app", help="only events of this app")
+    rejudge.add_argument("--retriever", help="only events of this retriever")
+    rejudge.add_argument("--judge-model", help="the judge model to use instead of RM_JUDGE_MODEL")
+    rejudge.add_argument("--judge-base-url", help="the judge endpoint instead of the worker's")
+    rejudge.add_argument(
+        "--per-passage", action="store_true", help="one call per passage (own prompt version)"
+    )
+    rejudge.add_argument(
+        "--shuffle", action="store_true", help="shuffled passage order (own prompt version)"
+    )
+    rejudge.add_argument(
+        "--include-skipped",
+        action="store_true",
+        help="also judge events that sampling, a budget or shedding skipped (backfill)",
+    )
+    rejudge.add_argument("--batch-size", type=int, default=200, help="events per batch")
+    rejudge.add_argument(
+        "--max-queued", type=int, default=1_000, help="pause while the queue holds more tasks"
+    )
+    rejudge.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="stop when a budget is spent instead of waiting for it to reset",
+    )
+    rejudge.set_defaults(handler=cmd_rejudge)
+
+
+def overrides_from(args: argparse.Namespace) -> dict[str, str]:
+    overrides: dict[str, str] = {}
+    if args.judge_model:
+        overrides["judge_model"] = args.judge_model
+    if args.judge_base_url:
+        overrides["judge_base_url"] = args.judge_base_url
+    if args.per_passage:
+        overrides["judge_per_passage"] = "true"
+    if args.shuffle:
+        overrides["judge_shuffle"] = "true"
+    return overrides
+
+
+def cmd_rejudge(args: argparse.Namespace, settings: Settings) -> int:
+    from service.analysis.window import resolve_window
+
+    overrides = overrides_from(args)
+    if not overrides:
+        print("retrieval-monitor rejudge: name what changes (--judge-model, ...)", file=sys.stderr)
+        return 2
+    if not settings.redis_url:
+        print("retrieval-monitor rejudge: set RM_REDIS_URL", file=sys.stderr)
+        return 2
+    since, until = resolve_window(args.since, args.until, utcnow())
+    plan = RejudgePlan(
+        since,
+        until,
+        args.tenant,
+        args.app,
+        args.retriever,
+        overrides,
+        args.include_skipped,
+        window_text=f"{args.since}..{args.until or 'now'}",
+    )
+    sender = Celery("retrieval-monitor-rejudge", broker=settings.redis_url, set_as_current=False)
+    result = Rejudge(Runtime(settings), sender).run(
+        plan, args.batch_size, args.max_queued, wait_for_budget=not args.no_wait
+    )
+    print(f"sent {result.sent} of {result.total} events (run {plan.run_id})")
+    if result.stopped_for_budget is not None:
+        print(
+            f"stopped: the judge budget of {result.stopped_for_budget!r} is spent; "
+            "run the same command again to resume",
+            file=sys.stderr,
+        )
+        return 3
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="retrieval-monitor")
+    add_rejudge_command(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace, Settings], int] = args.handler
+    from service.settings import get_settings
+
+    return handler(args, get_settings())

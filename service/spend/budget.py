@@ -1,0 +1,268 @@
+"""Judge spend budgets per app, per hour and per UTC day, in tokens and in dollars, shared by
+every worker through Redis.
+
+What a call costs is known only after it returns (the reply's usage), so a worker first reserves
+an estimate and settles the difference afterwards. The reservation checks and spends in one Lua
+script: a call is admitted only while the window still has budget left, and the admission itself
+is spent before any other worker can look. All workers together therefore overshoot a window by at
+most the one reservation that crossed the line (the estimate is an upper bound: the prompt's
+size plus the completion limit).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from redis import Redis
+
+from service.runtime import Runtime
+from service.settings import Settings
+from service.telemetry.aggregates import Delta
+from service.telemetry.metrics import BUDGET_REMAINING
+
+WINDOWS = ("tokens_per_hour", "tokens_per_day", "dollars_per_hour", "dollars_per_day")
+_SECONDS = {"hour": 3600, "day": 86400}
+
+# KEYS: the four window counters. ARGV: four limits (0: none), four amounts, four TTLs.
+# Returns 0 when admitted (all four spent), else the 1-based index of the first exhausted window.
+_RESERVE = """
+for i = 1, 4 do
+  local limit = tonumber(ARGV[i])
+  if limit > 0 and (tonumber(redis.call('GET', KEYS[i])) or 0) >= limit then
+    return i
+  end
+end
+for i = 1, 4 do
+  redis.call('INCRBYFLOAT', KEYS[i], ARGV[4 + i])
+  redis.call('EXPIRE', KEYS[i], ARGV[8 + i])
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class Price:
+    prompt_per_1k: float = 0.0
+    completion_per_1k: float = 0.0
+
+    def dollars(self, prompt_tokens: float, completion_tokens: float) -> float:
+        return (
+            prompt_tokens * self.prompt_per_1k + completion_tokens * self.completion_per_1k
+        ) / 1000
+
+
+@dataclass(frozen=True)
+class Limits:
+    tokens_per_hour: float = 0.0
+    tokens_per_day: float = 0.0
+    dollars_per_hour: float = 0.0
+    dollars_per_day: float = 0.0
+
+    def as_tuple(self) -> tuple[float, float, float, float]:
+        return (
+            self.tokens_per_hour,
+            self.tokens_per_day,
+            self.dollars_per_hour,
+            self.dollars_per_day,
+        )
+
+    @property
+    def unlimited(self) -> bool:
+        return not any(self.as_tuple())
+
+
+def limits_for(app: str, settings: Settings) -> Limits:
+    base = {
+        "tokens_per_hour": settings.budget_tokens_per_hour,
+        "tokens_per_day": settings.budget_tokens_per_day,
+        "dollars_per_hour": settings.budget_dollars_per_hour,
+        "dollars_per_day": settings.budget_dollars_per_day,
+    }
+    base.update(
+        {k: float(v) for k, v in settings.budget_overrides.get(app, {}).items() if k in base}
+    )
+    return Limits(**base)
+
+
+def price_for(model: str, prices: Mapping[str, Mapping[str, float]]) -> Price:
+    entry = prices.get(model, {})
+    return Price(entry.get("prompt_per_1k", 0.0), entry.get("completion_per_1k", 0.0))
+
+
+def estimate_prompt_tokens(texts: list[str], overhead: int) -> int:
+    # About four characters a token for English under the common BPE vocabularies; the
+    # reservation is settled against the reply's usage, so only the order of magnitude matters.
+    return overhead + math.ceil(sum(len(t) for t in texts) / 4)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    keys: tuple[str, str, str, str]
+    tokens: float
+    dollars: float
+    price: Price
+
+
+@dataclass(frozen=True)
+class Refusal:
+    window: str  # one of WINDOWS
+    retry_after_seconds: float  # until that window resets
+
+
+class Budget:
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self._reserve = redis.register_script(_RESERVE)
+
+    def keys(self, app: str, now: float) -> tuple[str, str, str, str]:
+        hour, day = int(now // 3600), int(now // 86400)
+        return (
+            f"rm:budget:{app}:tokens:h{hour}",
+            f"rm:budget:{app}:tokens:d{day}",
+            f"rm:budget:{app}:dollars:h{hour}",
+            f"rm:budget:{app}:dollars:d{day}",
+        )
+
+    def reserve(
+        self,
+        app: str,
+        model: str,
+        prompt_tokens: float,
+        completion_tokens: float,
+        now: float | None = None,
+    ) -> Reservation | Refusal:
+        """Spend an upper estimate of a call if the app's budget has room left, atomically."""
+        now = time.time() if now is None else now
+        price = price_for(model, self.settings.judge_prices)
+        tokens = prompt_tokens + completion_tokens
+        dollars = price.dollars(prompt_tokens, completion_tokens)
+        keys = self.keys(app, now)
+        limits = limits_for(app, self.settings).as_tuple()
+        # A day key outlives its day by an hour so a late settle still finds it.
+        ttls = (2 * 3600, 86400 + 3600, 2 * 3600, 86400 + 3600)
+        verdict = int(
+            self._reserve(keys=list(keys), args=[*limits, tokens, tokens, dollars, dollars, *ttls])
+        )
+        if verdict:
+            window = WINDOWS[verdict - 1]
+            period = _SECONDS[window.rsplit("_", 1)[1]]
+            return Refusal(window, period - now % period)
+        return Reservation(keys, tokens, dollars, price)
+
+    def settle(
+        self, reservation: Reservation, prompt_tokens: float, completion_tokens: float
+    ) -> None:
+        """Replace the reserved estimate by what the call really cost (from the reply's usage)."""
+        tokens = prompt_tokens + completion_tokens - reservation.tokens
+        dollars = reservation.price.dollars(prompt_tokens, completion_tokens) - reservation.dollars
+        pipe = self.redis.pipeline(transaction=True)
+        for key, amount in zip(reservation.keys, (tokens, tokens, dollars, dollars), strict=True):
+            pipe.incrbyfloat(key, amount)
+        pipe.execute()
+
+    def spent(self, app: str, now: float | None = None) -> dict[str, float]:
+        now = time.time() if now is None else now
+        values = self.redis.mget(self.keys(app, now))
+        return {w: float(v or 0.0) for w, v in zip(WINDOWS, values, strict=True)}
+
+    def remaining(self, app: str, now: float | None = None) -> dict[str, float | None]:
+        """What is left of each window (None: that window has no cap)."""
+        spent = self.spent(app, now)
+        limits = limits_for(app, self.settings).as_tuple()
+        return {
+            w: (max(limit - spent[w], 0.0) if limit > 0 else None)
+            for w, limit in zip(WINDOWS, limits, strict=True)
+        }
+
+
+def spend_delta(
+    app: str, judge: str, price: Price, calls: int, prompt_tokens: int, completion_tokens: int
+) -> Delta:
+    """The spend figures of one judged event, per app (apply once per event and judge)."""
+    delta = Delta()
+    delta.inc("judge_app_calls", {"app": app, "judge": judge}, calls)
+    delta.inc("judge_app_tokens", {"app": app, "judge": judge, "kind": "prompt"}, prompt_tokens)
+    delta.inc(
+        "judge_app_tokens", {"app": app, "judge": judge, "kind": "completion"}, completion_tokens
+    )
+    delta.inc(
+        "judge_cost_dollars",
+        {"app": app, "judge": judge},
+        price.dollars(prompt_tokens, completion_tokens),
+    )
+    return delta
+
+
+class BudgetExhaustedError(Exception):
+    """The app's judge budget is spent for now; ``refusal`` says which window and until when."""
+
+    def __init__(self, app: str, refusal: Refusal) -> None:
+        super().__init__(f"judge budget of {app!r} spent ({refusal.window})")
+        self.app = app
+        self.refusal = refusal
+
+
+def reserve_call(runtime: Runtime, app: str, model: str, texts: list[str]) -> Reservation | None:
+    """Reserve one judge call's upper estimate; None when the app has no cap (nothing to hold).
+
+    Raises BudgetExhaustedError when a window of the app's budget is spent.
+    """
+    settings = runtime.settings
+    if limits_for(app, settings).unlimited:
+        return None
+    prompt = estimate_prompt_tokens(texts, settings.judge_prompt_token_overhead)
+    held = Budget(runtime.redis, settings).reserve(app, model, prompt, settings.judge_max_tokens)
+    if isinstance(held, Refusal):
+        raise BudgetExhaustedError(app, held)
+    return held
+
+
+def settle_call(
+    runtime: Runtime,
+    held: Reservation | None,
+    app: str,
+    judge: str,
+    model: str,
+    calls: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> Delta:
+    """Charge what the call really used to the budget; returns the per-app spend figures, which
+    the caller applies to the aggregates together with the rest of its increments."""
+    if held is not None:
+        Budget(runtime.redis, runtime.settings).settle(held, prompt_tokens, completion_tokens)
+    price = price_for(model, runtime.settings.judge_prices)
+    return spend_delta(app, judge, price, calls, prompt_tokens, completion_tokens)
+
+
+def budgeted_apps(redis: Redis, settings: Settings, now: float) -> set[str]:
+    """Apps with a budget to report: those with an override, and those that spent today."""
+    apps = set(settings.budget_overrides)
+    day = int(now // 86400)
+    for key in redis.scan_iter(match=f"rm:budget:*:tokens:d{day}", count=1000):
+        name = key.decode() if isinstance(key, bytes) else str(key)
+        apps.add(name.removeprefix("rm:budget:").rsplit(":tokens:", 1)[0])
+    return apps
+
+
+class BudgetGauges:
+    """The budget left per app and window, read from Redis at scrape time."""
+
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.budget = Budget(redis, settings)
+
+    def __call__(self) -> Iterator[Metric]:
+        now = time.time()
+        gauge = GaugeMetricFamily(
+            BUDGET_REMAINING.full_name, BUDGET_REMAINING.help, labels=list(BUDGET_REMAINING.labels)
+        )
+        for app in sorted(budgeted_apps(self.budget.redis, self.budget.settings, now)):
+            for window, left in self.budget.remaining(app, now).items():
+                if left is not None:
+                    gauge.add_metric([app, window], left)
+        yield gauge

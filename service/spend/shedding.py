@@ -1,0 +1,34 @@
+"""Shedding a backlog the judge cannot keep up with: the oldest normal-priority events are skipped
+(reason ``shed``, counted) so the wait of the rest stays bounded. Gold and urgent events stay."""
+
+from __future__ import annotations
+
+from service.runtime import Runtime
+from service.store import spend as spend_repository
+from service.store.engine import session_scope
+from service.telemetry.aggregates import Delta
+
+SHED_BATCH = 10_000
+
+
+def shed_backlog(runtime: Runtime) -> int:
+    """Skip what is over ``shed_max_pending``; the number of events shed."""
+    bound = runtime.settings.shed_max_pending
+    if bound <= 0:
+        return 0
+    with session_scope(runtime.engine) as session:
+        victims = spend_repository.sheddable_backlog(session, bound, SHED_BATCH)
+        shed = set(spend_repository.mark_skipped(session, [v.pk for v in victims], "shed"))
+        session.commit()
+    delta = Delta()
+    for victim in victims:
+        if victim.pk in shed:
+            labels = {
+                "app": victim.app,
+                "retriever": victim.retriever,
+                "environment": victim.environment,
+                "reason": "shed",
+            }
+            delta.inc("events_skipped", labels)
+    runtime.aggregates.add(delta)
+    return len(shed)

@@ -1,0 +1,203 @@
+"""The tables. Each pipeline stage owns one: ingest writes events and passages, the judge writes
+judgments, judge runs and the label cache, scoring writes scores. Schema changes go through Alembic
+(``service/store/migrations``); ``tests/test_migrations.py`` checks the migrations build
+this schema.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, Table, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+class EventStatus(StrEnum):
+    PENDING = "pending"
+    JUDGED = "judged"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # not judged on purpose; skip_reason says why (unsampled, budget, shed)
+
+
+class Event(SQLModel, table=True):
+    __tablename__ = "events"
+    __table_args__ = (
+        UniqueConstraint("tenant", "event_id", name="uq_events_tenant_event_id"),
+        Index("ix_events_status_enqueued", "status", "enqueued_at"),
+        Index("ix_events_received", "received_at"),
+        Index("ix_events_status_received", "status", "received_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant: str = Field(default="default", max_length=100)
+    event_id: str = Field(max_length=200)
+    payload_hash: str = Field(max_length=64)
+    timestamp: datetime
+    received_at: datetime
+    app: str = Field(max_length=100)
+    retriever: str = Field(max_length=100)
+    environment: str = Field(default="", max_length=100)
+    query: str = Field(sa_column=Column(Text, nullable=False))
+    k: int
+    passage_count: int
+    candidates: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON))
+    gold_passage_ids: list[str] | None = Field(default=None, sa_column=Column(JSON))
+    response: str | None = Field(default=None, sa_column=Column(Text))
+    response_grade: int | None = None
+    answer_correct: bool | None = None
+    event_metadata: dict[str, Any] | None = Field(default=None, sa_column=Column("metadata", JSON))
+    status: str = Field(default=EventStatus.PENDING, max_length=16)
+    enqueued_at: datetime | None = None
+    judged_at: datetime | None = None
+    failure_reason: str | None = Field(default=None, max_length=500)
+    skip_reason: str | None = Field(default=None, max_length=32)
+    # 1 for gold events and events whose ingest signals look bad: judged first, never shed.
+    priority: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+
+
+class Passage(SQLModel, table=True):
+    __tablename__ = "passages"
+    __table_args__ = (UniqueConstraint("event_pk", "rank", name="uq_passages_event_rank"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    event_pk: int = Field(foreign_key="events.id", index=True)
+    rank: int
+    passage_id: str = Field(max_length=200)
+    text: str = Field(sa_column=Column(Text, nullable=False))
+    score: float | None = None
+    content_hash: str = Field(max_length=64)
+
+
+class Judgment(SQLModel, table=True):
+    """One judge's grade of one passage of one event (grade None: the label is missing)."""
+
+    __tablename__ = "judgments"
+    __table_args__ = (
+        UniqueConstraint(
+            "event_pk", "rank", "judge", "prompt_version", name="uq_judgments_event_rank_judge"
+        ),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    event_pk: int = Field(foreign_key="events.id", index=True)
+    rank: int
+    judge: str = Field(max_length=100)
+    model: str = Field(max_length=200)
+    prompt_version: str = Field(max_length=50)
+    grade: int | None = None
+    relevant: bool | None = None
+    from_cache: bool = False
+    created_at: datetime
+
+
+class JudgeRun(SQLModel, table=True):
+    """What judging one event cost and gave beyond the per-passage grades."""
+
+    __tablename__ = "judge_runs"
+    __table_args__ = (
+        UniqueConstraint("event_pk", "judge", "prompt_version", name="uq_judge_runs_event_judge"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    event_pk: int = Field(foreign_key="events.id", index=True)
+    judge: str = Field(max_length=100)
+    model: str = Field(max_length=200)
+    prompt_version: str = Field(max_length=50)
+    context_rating: int | None = None
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cache_hits: int = 0
+    missing_labels: int = 0
+    malformed_replies: int = 0
+    created_at: datetime
+
+
+class LabelCache(SQLModel, table=True):
+    """Grades already paid for, so a repeated (query, passage) pair costs no judge call.
+
+    ``passage_hash`` is the passage's content hash, or ``ctx:<digest of the top-k hashes>`` for
+    the context rating of a whole top-k list.
+    """
+
+    __tablename__ = "label_cache"
+
+    judge: str = Field(primary_key=True, max_length=100)
+    model: str = Field(primary_key=True, max_length=200)
+    prompt_version: str = Field(primary_key=True, max_length=50)
+    query_hash: str = Field(primary_key=True, max_length=64)
+    passage_hash: str = Field(primary_key=True, max_length=80)
+    grade: int
+    created_at: datetime
+
+
+class Score(SQLModel, table=True):
+    """The measures of one event under one judge and prompt version."""
+
+    __tablename__ = "scores"
+    __table_args__ = (
+        UniqueConstraint("event_pk", "judge", "prompt_version", name="uq_scores_event_judge"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    event_pk: int = Field(foreign_key="events.id", index=True)
+    judge: str = Field(max_length=100)
+    prompt_version: str = Field(max_length=50)
+    alpha: float
+    np_window: int
+    precision: float | None = None
+    hit: float | None = None
+    rr: float | None = None
+    ndcg: float | None = None
+    t: float | None = None
+    t_u: float | None = None
+    f_e: float | None = None
+    context_relevance: float | None = None
+    k_over_np_est: float | None = None
+    recall: float | None = None
+    f: float | None = None
+    ndcg_gold: float | None = None
+    created_at: datetime
+
+
+class ApiKey(SQLModel, table=True):
+    """An API key of a tenant. Only its SHA-256 is stored; the key is shown once, at creation."""
+
+    __tablename__ = "api_keys"
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant: str = Field(max_length=100, index=True)
+    name: str = Field(default="", max_length=200)
+    key_hash: str = Field(max_length=64, unique=True)
+    is_admin: bool = False
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+def table(model: type[SQLModel]) -> Table:
+    """The Core table of a model, for bulk statements."""
+    return SQLModel.metadata.tables[str(model.__tablename__)]
+
+
+# --- what a person concluded about a gold miss (written by the pages) ---------------------------
+# One current cause per event (the event is the primary key); recording again replaces it.
+class MissCauseKind(StrEnum):
+    VOCABULARY_MISMATCH = "vocabulary_mismatch"
+    SPANS_PASSAGES = "spans_passages"
+    NOT_IN_CORPUS = "not_in_corpus"
+    AMBIGUOUS_QUESTION = "ambiguous_question"
+    OTHER = "other"
+
+
+MAX_NOTE_CHARS = 2000
+
+
+class MissCause(SQLModel, table=True):
+    __tablename__ = "miss_causes"
+
+    event_pk: int = Field(foreign_key="events.id", primary_key=True)
+    cause: str = Field(max_length=32)
+    note: str | None = Field(default=None, sa_column=Column(Text))
+    recorded_at: datetime

@@ -1,0 +1,97 @@
+"""The queries of judge spend control: marking events skipped, and shedding a backlog."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select, update
+from sqlmodel import Session, col
+
+from service.store.models import Event, EventStatus, Score
+
+
+def mark_skipped(session: Session, event_pks: Sequence[int], reason: str) -> list[int]:
+    """Skip the events still pending; the ones that were, in order."""
+    if not event_pks:
+        return []
+    pending = [
+        row[0]
+        for row in session.execute(
+            select(col(Event.id)).where(
+                col(Event.id).in_(event_pks), col(Event.status) == EventStatus.PENDING.value
+            )
+        )
+    ]
+    if pending:
+        session.execute(
+            update(Event)
+            .where(col(Event.id).in_(pending), col(Event.status) == EventStatus.PENDING.value)
+            .values(status=EventStatus.SKIPPED.value, skip_reason=reason[:32])
+        )
+    return pending
+
+
+@dataclass(frozen=True)
+class Shed:
+    pk: int
+    app: str
+    retriever: str
+    environment: str
+
+
+def sheddable_backlog(session: Session, keep: int, limit: int) -> list[Shed]:
+    """The oldest pending normal-priority events beyond the newest ``keep`` pending ones.
+
+    Gold and urgent events (priority 1) are never shed and do not count against ``keep``.
+    """
+    pending = session.execute(
+        select(func.count())
+        .select_from(Event)
+        .where(col(Event.status) == EventStatus.PENDING.value, col(Event.priority) == 0)
+    ).scalar_one()
+    excess = min(int(pending) - keep, limit)
+    if excess <= 0:
+        return []
+    rows = session.execute(
+        select(col(Event.id), col(Event.app), col(Event.retriever), col(Event.environment))
+        .where(col(Event.status) == EventStatus.PENDING.value, col(Event.priority) == 0)
+        .order_by(col(Event.received_at), col(Event.id))
+        .limit(excess)
+    )
+    return [Shed(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class RejudgeSelection:
+    since: datetime
+    until: datetime
+    tenant: str
+    app: str | None
+    retriever: str | None
+    include_skipped: bool
+    after_pk: int
+    without_judge: str | None  # leave out events that already have a score from this judge
+
+
+def rejudge_candidates(session: Session, selection: RejudgeSelection) -> list[tuple[int, str]]:
+    """(event pk, app) of the events to judge again, in pk order (the resume cursor's order)."""
+    statuses = [EventStatus.JUDGED.value, EventStatus.FAILED.value]
+    if selection.include_skipped:
+        statuses.append(EventStatus.SKIPPED.value)
+    query = select(col(Event.id), col(Event.app)).where(
+        col(Event.tenant) == selection.tenant,
+        col(Event.received_at) >= selection.since,
+        col(Event.received_at) < selection.until,
+        col(Event.status).in_(statuses),
+        col(Event.id) > selection.after_pk,
+    )
+    if selection.app is not None:
+        query = query.where(col(Event.app) == selection.app)
+    if selection.retriever is not None:
+        query = query.where(col(Event.retriever) == selection.retriever)
+    if selection.without_judge is not None:
+        scored = select(col(Score.event_pk)).where(col(Score.judge) == selection.without_judge)
+        query = query.where(col(Event.id).not_in(scored))
+    return [(row[0], row[1]) for row in session.execute(query.order_by(col(Event.id)))]
