@@ -2,7 +2,7 @@
 # Install what the monitoring tests need, only when it is missing:
 #   - Prometheus, promtool, Alertmanager and amtool from Debian's packages;
 #   - wrk (Debian's package), which the benchmark suite's smoke test drives the API with;
-#   - the npm packages of tests/grafana_schema (Grafana's schema types and TypeScript),
+#   - the npm packages of tests/deploy/grafana_schema (Grafana's schema types and TypeScript),
 #     from its package-lock.json.
 # Fast when everything is in place; safe to run again.
 set -euo pipefail
@@ -41,7 +41,7 @@ if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
   apt_install nodejs npm
 fi
 
-schema_dir=tests/grafana_schema
+schema_dir=tests/deploy/grafana_schema
 stamp="$schema_dir/node_modules/.cache/installed-lock.sha256"
 want=$(sha256sum "$schema_dir/package-lock.json" | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then

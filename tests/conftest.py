@@ -27,6 +27,7 @@ from sqlalchemy import create_engine, text
 from service.api.app import create_app
 from service.settings import Settings
 from service.store.migrate import upgrade
+from tests.paths import REPO_ROOT
 
 # The OpenAI-compatible test server's fixtures: fake_llm_server (per session), fake_llm.
 pytest_plugins = ["tests.fake_llm.fixture"]
@@ -34,16 +35,10 @@ pytest_plugins = ["tests.fake_llm.fixture"]
 if TYPE_CHECKING:
     from tests.fake_llm.fixture import FakeLLM
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("RM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 POSTGRES_ADMIN_URL = os.environ.get(
     "RM_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-
-
-def shared_data_dir() -> Path:
-    configured = os.environ.get("RM_SHARED_DATA")
-    return Path(configured) if configured else REPO_ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture

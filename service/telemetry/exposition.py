@@ -1,12 +1,12 @@
 """The Prometheus text exposition format (version 0.0.4), written directly.
 
 A scrape carries tens of thousands of samples, most of them histogram buckets. Building one
-prometheus_client ``Metric`` sample per bucket and letting ``generate_latest`` escape every label
-of every sample cost most of a scrape; here a series' labels are escaped and joined once, and its
+prometheus_client ``Metric`` sample per bucket and letting ``generate_latest`` escape every label of
+every sample cost most of a scrape; here a series' labels are escaped and joined once, and its
 bucket lines only splice in the ``le`` value. The text is the same, byte for byte, as
-``generate_latest`` writes for the same families (``tests/test_exposition.py`` holds it to that):
-labels sorted by name, label values escaped (backslash, double quote, newline), HELP escaped
-(backslash, newline), values formatted the way Go formats floats.
+``generate_latest`` writes for the same families (``tests/integration/test_exposition.py`` holds it
+to that): labels sorted by name, label values escaped (backslash, double quote, newline), HELP
+escaped (backslash, newline), values formatted the way Go formats floats.
 
 Only legal metric and label names are written (no UTF-8 quoting), so the text is valid under
 both the 0.0.4 and the 1.0.0 text format; it is served as 0.0.4, which every Prometheus reads.

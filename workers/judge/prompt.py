@@ -1,9 +1,9 @@
 """The judge's prompt: its text, its version, the reply schema and the reply parser, in one place.
 
 Changing any text here without bumping ``PROMPT_VERSION`` would make a judge change look like a
-retrieval change on every dashboard; ``tests/test_prompt.py`` pins a fingerprint of everything
-rendered here (messages, schema, response formats, variant names) to the version, so that cannot
-happen silently.
+retrieval change on every dashboard; ``tests/unit/workers/judge/test_prompt.py`` pins a fingerprint
+of everything rendered here (messages, schema, response formats, variant names) to the version, so
+that cannot happen silently.
 
 Wire format of the user message (the test's OpenAI-compatible server parses exactly this):
 

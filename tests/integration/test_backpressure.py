@@ -1,0 +1,132 @@
+"""Overload is a 503 or 429 with Retry-After, never a 500 and never an unbounded queue; a broker
+that may evict the queue is refused; the judge's rate is shared by every worker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.ingest.backpressure import Backpressure
+from service.redis_check import eviction_problem
+from service.runtime import Runtime
+from service.settings import Settings
+from service.store.migrate import upgrade
+from tests.conftest import WorkerFactory, make_settings, private_redis, wait_for
+from tests.fake_llm.fixture import FakeLLM
+from tests.helpers import make_event
+from tests.integration.test_api_ingest import count_rows, sample
+
+
+def test_a_backlog_over_the_bound_gets_503_with_retry_after(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    upgrade(sqlite_url)
+    settings = make_settings(
+        tmp_path, sqlite_url, redis_url, max_pending_events=3, backpressure_refresh_seconds=0.01
+    )
+    with TestClient(create_app(settings)) as client:
+        for i in range(3):
+            assert client.post("/v1/events", json=make_event(f"e{i}")).status_code == 202
+        time.sleep(0.05)
+        response = client.post("/v1/events", json=make_event("e3"))
+        assert response.status_code == 503
+        assert response.headers["Retry-After"] == str(settings.backpressure_retry_after_seconds)
+        assert "3 events wait for judging" in response.json()["detail"]
+        batch = client.post("/v1/events/batch", json={"events": [make_event("e4")]})
+        assert batch.status_code == 503
+        assert sample(client, "retrieval_monitor_events_rejected_total", reason="backlog") == 2
+    from service.store.models import Event
+
+    assert count_rows(settings, Event) == 3  # what was accepted stays
+
+
+def test_slow_commits_refuse_ingest_until_the_database_had_time_to_recover(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    """While commits are slow every request is refused, so no new commit can bring the average
+    down: it fades with time instead, and ingest resumes once the database had time."""
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url, max_commit_seconds=2.0)
+    now = [1000.0]
+    backpressure = Backpressure(Runtime(settings), clock=lambda: now[0])
+    for _ in range(10):
+        backpressure.record_commit(3.0)
+    refused = backpressure.check()
+    assert refused is not None
+    assert refused.reason == "slow_database"
+    now[0] += 1.0
+    assert backpressure.check() is not None  # a second later it is still too slow
+    now[0] += 5.0
+    assert backpressure.check() is None  # faded below the bound: a request may go through
+    # If the database is still slow, the commits that follow bring the refusal back.
+    for _ in range(5):
+        backpressure.record_commit(3.0)
+    assert backpressure.check() is not None
+
+
+def test_a_tenant_over_its_rate_gets_429(tmp_path: Path, sqlite_url: str, redis_url: str) -> None:
+    upgrade(sqlite_url)
+    settings = make_settings(
+        tmp_path, sqlite_url, redis_url, tenant_events_per_second=1, tenant_burst_events=5
+    )
+    with TestClient(create_app(settings)) as client:
+        statuses = [
+            client.post("/v1/events", json=make_event(f"e{i}")).status_code for i in range(8)
+        ]
+        assert statuses[:5] == [202] * 5
+        assert 429 in statuses[5:]
+        refused = client.post("/v1/events", json=make_event("late"))
+        assert refused.status_code == 429
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert "over 1 events per second" in refused.json()["detail"]
+
+
+@pytest.fixture
+def evicting_redis(tmp_path: Path) -> Iterator[str]:
+    with private_redis(tmp_path, "--maxmemory", "50mb", "--maxmemory-policy", "allkeys-lru") as url:
+        yield url
+
+
+def test_a_worker_refuses_a_broker_that_evicts(
+    tmp_path: Path, sqlite_url: str, evicting_redis: str, worker_factory: WorkerFactory
+) -> None:
+    assert "allkeys-lru" in (eviction_problem(redis.Redis.from_url(evicting_redis)) or "")
+    assert eviction_problem(redis.Redis.from_url(evicting_redis, db=0)) is not None
+    upgrade(sqlite_url)
+    worker = worker_factory(make_settings(tmp_path, sqlite_url, evicting_redis))
+    with pytest.raises(RuntimeError, match=r"refuses to start.*noeviction"):
+        worker.start()
+
+
+def test_the_default_broker_is_accepted(redis_url: str) -> None:
+    assert eviction_problem(redis.Redis.from_url(redis_url)) is None
+
+
+def test_the_judge_rate_is_shared_by_all_workers(
+    tmp_path: Path,
+    sqlite_url: str,
+    redis_url: str,
+    fake_llm: FakeLLM,
+    worker_factory: WorkerFactory,
+) -> None:
+    upgrade(sqlite_url)
+    settings: Settings = make_settings(
+        tmp_path, sqlite_url, redis_url, judge_base_url=fake_llm.base_url, judge_calls_per_second=4
+    )
+    worker_factory(settings, concurrency=2).start()
+    worker_factory(settings, concurrency=2).start()
+    with TestClient(create_app(settings)) as client:
+        started = time.monotonic()
+        events = [make_event(f"r{i}", n=2, query=f"question {i}") for i in range(16)]
+        assert client.post("/v1/events/batch", json={"events": events}).json()["accepted"] == 16
+        wait_for(lambda: sample(client, "retrieval_monitor_events_judged_total") == 16, 120)
+        elapsed = time.monotonic() - started
+    # 4 processes, but one shared bucket of 4 calls/s (burst 4): 16 calls need at least 3 s.
+    assert fake_llm.stats()["calls"] == 16
+    assert elapsed >= 2.9

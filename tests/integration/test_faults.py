@@ -1,0 +1,291 @@
+"""Faults injected for real: a SIGKILLed API, a SIGKILLed worker mid-judgment, a Redis restarted
+and flushed with events in its queue. Every accepted event ends judged exactly once."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import create_engine, text
+
+from service.embedded import free_port
+from service.settings import Settings
+from service.store.migrate import upgrade
+from tests.conftest import (
+    LiveServer,
+    WorkerFactory,
+    http_ok,
+    make_settings,
+    private_redis,
+    settings_env,
+    wait_for,
+)
+from tests.fake_llm.fixture import FakeLLM
+from tests.helpers import make_event
+from tests.paths import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def db_scalar(settings: Settings, sql: str) -> int:
+    engine = create_engine(settings.database_url)
+    with engine.connect() as conn:
+        value = int(conn.execute(text(sql)).scalar_one())
+    engine.dispose()
+    return value
+
+
+def metric_total(url: str, name: str) -> float:
+    total = 0.0
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
+        total += sum(s.value for s in family.samples if s.name == name)
+    return total
+
+
+class ApiProcess:
+    def __init__(self, settings: Settings, port: int, log: Path) -> None:
+        self.settings, self.port, self.log_path = settings, port, log
+        self.url = f"http://127.0.0.1:{port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ApiProcess:
+        self.log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "--no-worker", "--port", str(self.port)],
+            env=settings_env(self.settings),
+            cwd=REPO_ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_for(lambda: http_ok(f"{self.url}/readyz"), timeout=60)
+        return self
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        self.log.close()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+            self.log.close()
+
+
+def test_every_acknowledged_event_survives_a_killed_api(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url)
+    api = ApiProcess(settings, free_port(), tmp_path / "api.log").start()
+    acknowledged: list[str] = []
+    stop = threading.Event()
+
+    def client(worker: int) -> None:
+        with httpx.Client(base_url=api.url, timeout=5) as http:
+            i = 0
+            while not stop.is_set():
+                event_id = f"k{worker}-{i}"
+                i += 1
+                try:
+                    response = http.post("/v1/events", json=make_event(event_id))
+                except httpx.TransportError:
+                    continue  # the server died under this request: not acknowledged
+                if response.status_code in (200, 202):
+                    acknowledged.append(event_id)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: len(acknowledged) >= 150, timeout=60, interval=0.05)
+    api.kill()  # in the middle of the traffic
+    stop.set()
+    for thread in threads:
+        thread.join()
+    api = ApiProcess(settings, api.port, tmp_path / "api.log").start()
+    try:
+        stored = {
+            row[0]
+            for row in create_engine(settings.database_url)
+            .connect()
+            .execute(text("SELECT event_id FROM events"))
+        }
+        assert len(acknowledged) >= 150
+        missing = set(acknowledged) - stored
+        assert not missing, f"{len(missing)} acknowledged events lost"
+    finally:
+        api.stop()
+
+
+def test_a_worker_killed_mid_judgment_loses_nothing(
+    tmp_path: Path,
+    sqlite_url: str,
+    redis_url: str,
+    fake_llm: FakeLLM,
+    worker_factory: WorkerFactory,
+) -> None:
+    upgrade(sqlite_url)
+    settings = make_settings(
+        tmp_path,
+        sqlite_url,
+        redis_url,
+        judge_base_url=fake_llm.base_url,
+        pending_requeue_seconds=3,
+        sweep_interval_seconds=1,
+    )
+    fake_llm.set_labels({(None, "passage number 1 about topic 1"): 3})
+    fake_llm.set_fault("slow", count=2, delay=30)  # the first calls hang: kill during them
+    first = worker_factory(settings, concurrency=2)
+    first.start()
+    with LiveServer(settings) as server:
+        events = [make_event(f"w{i}", n=2, query=f"question {i}") for i in range(10)]
+        assert (
+            httpx.post(f"{server.url}/v1/events/batch", json={"events": events}).json()["accepted"]
+            == 10
+        )
+        wait_for(lambda: fake_llm.stats()["calls"] >= 2, timeout=30)
+        first.kill()
+        killed_at = time.monotonic()
+        worker_factory(settings, concurrency=2, with_scheduler=True).start()
+        wait_for(
+            lambda: db_scalar(settings, "SELECT count(*) FROM events WHERE status='judged'") == 10,
+            timeout=120,
+        )
+        recovered = time.monotonic() - killed_at
+        assert db_scalar(settings, "SELECT count(*) FROM scores") == 10
+        wait_for(
+            lambda: metric_total(server.url, "retrieval_monitor_events_judged_total") == 10, 30
+        )
+        assert metric_total(server.url, "retrieval_monitor_measure_precision_count") == 10
+    print(f"recovered {recovered:.1f}s after the kill")
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A Redis server of this test's own, so it can be flushed."""
+    with private_redis(tmp_path, "--appendonly", "no") as url:
+        yield url, url.rsplit(":", 1)[1].split("/")[0]
+
+
+def test_redis_restarted_and_flushed_with_events_queued(
+    tmp_path: Path,
+    sqlite_url: str,
+    own_redis: tuple[str, str],
+    fake_llm: FakeLLM,
+    worker_factory: WorkerFactory,
+) -> None:
+    url, _port = own_redis
+    upgrade(sqlite_url)
+    settings = make_settings(
+        tmp_path,
+        sqlite_url,
+        url,
+        judge_base_url=fake_llm.base_url,
+        pending_requeue_seconds=1,
+        sweep_interval_seconds=1,
+    )
+    fake_llm.set_labels({(None, "passage number 1 about topic 1"): 3})
+    with LiveServer(settings) as server:
+        # Some events judged, then more queued while no worker runs.
+        worker = worker_factory(settings)
+        worker.start()
+        batch = [make_event(f"a{i}", n=2, query=f"first {i}") for i in range(5)]
+        httpx.post(f"{server.url}/v1/events/batch", json={"events": batch})
+        wait_for(lambda: metric_total(server.url, "retrieval_monitor_events_judged_total") == 5)
+        worker.stop()
+        batch = [make_event(f"b{i}", n=2, query=f"second {i}") for i in range(7)]
+        httpx.post(f"{server.url}/v1/events/batch", json={"events": batch})
+        client = redis.Redis.from_url(url)
+        wait_for(lambda: client.llen(settings.queue_name) > 0, timeout=10)
+        # Redis loses everything: the queue, the aggregates, the once-only markers.
+        client.flushall()
+        flushed_at = time.monotonic()
+        worker_factory(settings, with_scheduler=True).start()
+        wait_for(
+            lambda: db_scalar(settings, "SELECT count(*) FROM events WHERE status='judged'") == 12,
+            timeout=120,
+        )
+        recovered = time.monotonic() - flushed_at
+        wait_for(lambda: metric_total(server.url, "retrieval_monitor_events_judged_total") == 12)
+        assert db_scalar(settings, "SELECT count(*) FROM scores") == 12
+        assert metric_total(server.url, "retrieval_monitor_events_accepted_total") == 12
+        assert metric_total(server.url, "retrieval_monitor_measure_precision_count") == 12
+    print(f"recovered {recovered:.1f}s after the flush")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_saturation_answers_503_keeps_memory_bounded_and_loses_nothing(
+    tmp_path: Path,
+    sqlite_url: str,
+    redis_url: str,
+    fake_llm: FakeLLM,
+    worker_factory: WorkerFactory,
+) -> None:
+    upgrade(sqlite_url)
+    settings = make_settings(
+        tmp_path,
+        sqlite_url,
+        redis_url,
+        judge_base_url=fake_llm.base_url,
+        max_pending_events=300,
+        backpressure_refresh_seconds=0.2,
+    )
+    api = ApiProcess(settings, free_port(), tmp_path / "api.log").start()
+    assert api.process is not None
+    accepted: set[str] = set()
+    refused: list[tuple[int, str | None]] = []
+    rss: list[float] = [rss_mib(api.process.pid)]
+    try:
+        # No worker yet: the backlog fills until ingest refuses, and keeps refusing.
+        with httpx.Client(base_url=api.url, timeout=30) as http:
+            for batch in range(40):
+                events = [
+                    make_event(f"s{batch}-{i}", n=5, query=f"q {batch} {i}") for i in range(50)
+                ]
+                response = http.post("/v1/events/batch", json={"events": events})
+                if response.status_code == 200:
+                    body = response.json()
+                    accepted.update(
+                        r["event_id"] for r in body["results"] if r["status"] == "accepted"
+                    )
+                else:
+                    refused.append((response.status_code, response.headers.get("Retry-After")))
+                rss.append(rss_mib(api.process.pid))
+        assert refused, "the backlog bound never refused anything"
+        assert {status for status, _ in refused} == {503}
+        assert all(retry_after is not None and int(retry_after) >= 1 for _, retry_after in refused)
+        # Refused work is not held in memory: the API grows by little beyond its start-up size.
+        assert max(rss) - rss[0] < 150, f"API RSS grew from {rss[0]:.0f} to {max(rss):.0f} MiB"
+        # Once the load stops, everything accepted is judged.
+        worker_factory(settings, concurrency=2).start()
+        wait_for(
+            lambda: (
+                db_scalar(settings, "SELECT count(*) FROM events WHERE status='judged'")
+                == len(accepted)
+            ),
+            timeout=300,
+            interval=1.0,
+        )
+        assert db_scalar(settings, "SELECT count(*) FROM events") == len(accepted)
+    finally:
+        api.stop()
+    print(
+        f"accepted {len(accepted)}, refused {len(refused)} batches with 503, "
+        f"API RSS {rss[0]:.0f} -> {max(rss):.0f} MiB"
+    )

@@ -1,0 +1,300 @@
+"""Group commit of single-event requests: each request of a shared transaction gets its own
+outcome, a database failure answers every request of the group, shutdown drains the queue, and
+concurrent requests to a real server are all stored exactly once."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
+from service.api.app import create_app
+from service.embedded import free_port
+from service.ingest.accept import Ingestor
+from service.ingest.group_commit import GroupCommitter, NotStoredError
+from service.queue import TaskSender
+from service.runtime import Runtime
+from service.schemas import EventIn, IngestResult
+from service.settings import Settings
+from service.store.migrate import upgrade
+from service.store.models import Event
+from tests.conftest import LiveServer, make_settings, wait_for
+from tests.helpers import make_event
+from tests.integration.test_api_ingest import count_rows, sample
+from tests.integration.test_faults import ApiProcess, metric_total
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    upgrade(url)
+    return url
+
+
+def committer_for(settings: Settings, max_group: int = 100) -> GroupCommitter:
+    runtime = Runtime(settings)
+    ingestor = Ingestor(runtime, TaskSender(settings.redis_url, settings.queue_name))
+    return GroupCommitter(ingestor.ingest, max_group=max_group, capacity=max_group)
+
+
+def event(event_id: str, **extra: Any) -> EventIn:
+    return EventIn.model_validate(make_event(event_id, **extra))
+
+
+def outcome(future: Future[IngestResult]) -> str:
+    try:
+        return future.result(timeout=60).status
+    except NotStoredError as exc:
+        return f"{exc.status_code} {exc.reason}"
+
+
+def test_one_group_gives_each_request_its_own_outcome(
+    tmp_path: Path, database_url: str, redis_url: str
+) -> None:
+    settings = make_settings(tmp_path, database_url, redis_url)
+    committer = committer_for(settings)
+    # Queued before the writer starts, so all of them are one group.
+    futures = [
+        committer.submit("a", event("e1")),
+        committer.submit("a", event("e1")),  # the same event again: a duplicate
+        committer.submit("a", event("e1", query="another question")),  # the id reused: conflict
+        committer.submit("b", event("e1")),  # another tenant's e1 is its own event
+        committer.submit("a", event("e2")),
+    ]
+    committer.start()
+    assert [outcome(f) for f in futures] == [
+        "accepted",
+        "duplicate",
+        "rejected",
+        "accepted",
+        "accepted",
+    ]
+    assert "different event" in (futures[2].result().error or "")
+    committer.close()
+    assert count_rows(settings, Event) == 3
+
+
+def test_a_group_larger_than_the_bound_is_split(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url)
+    committer = committer_for(settings, max_group=4)
+    futures = [committer.submit("a", event(f"e{i}")) for i in range(4)]
+    with pytest.raises(NotStoredError, match="already wait") as refused:
+        committer.submit("a", event("e4"))  # the queue is bounded
+    assert refused.value.reason == "queue_full"
+    committer.start()
+    assert [outcome(f) for f in futures] == ["accepted"] * 4
+    more = [committer.submit("a", event(f"f{i}")) for i in range(3)]
+    assert [outcome(f) for f in more] == ["accepted"] * 3
+    committer.close()
+    assert count_rows(settings, Event) == 7
+
+
+def test_an_event_the_database_refuses_fails_only_its_own_request(
+    tmp_path: Path, postgres_url: str, redis_url: str
+) -> None:
+    # Validation now refuses NaN; past it (model_copy does not validate), PostgreSQL's json type
+    # refuses it too: a value the database alone rejects.
+    settings = make_settings(tmp_path, postgres_url, redis_url)
+    committer = committer_for(settings)
+    refused = event("bad").model_copy(update={"metadata": {"x": float("nan")}})
+    futures = [
+        committer.submit("a", event("good-1")),
+        committer.submit("a", refused),
+        committer.submit("a", event("good-2")),
+    ]
+    committer.start()
+    assert [outcome(f) for f in futures] == ["accepted", "422 invalid", "accepted"]
+    with pytest.raises(
+        NotStoredError, match="the database refused the event: invalid input syntax"
+    ):
+        futures[1].result()
+    committer.close()
+    assert count_rows(settings, Event) == 2
+
+
+def rename_events_table(database_url: str, old: str, new: str) -> None:
+    engine = create_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(text(f"ALTER TABLE {old} RENAME TO {new}"))
+    engine.dispose()
+
+
+def test_a_database_failure_answers_every_request_of_the_group(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url)
+    committer = committer_for(settings)
+    rename_events_table(sqlite_url, "events", "events_away")
+    futures = [committer.submit("a", event(f"e{i}")) for i in range(3)]
+    committer.start()
+    assert [outcome(f) for f in futures] == ["503 store_failed"] * 3
+    with pytest.raises(NotStoredError, match="the database or the broker is unavailable"):
+        futures[0].result()
+    # The writer survives the failure: once the database is back, events are stored again.
+    rename_events_table(sqlite_url, "events_away", "events")
+    assert outcome(committer.submit("a", event("e0"))) == "accepted"
+    committer.close()
+    assert count_rows(settings, Event) == 1
+
+
+def test_a_database_failure_is_a_503_with_retry_after_over_http(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    upgrade(sqlite_url)
+    # No backlog bound: its pending count would meet the missing table before the insert does.
+    settings = make_settings(tmp_path, sqlite_url, redis_url, max_pending_events=0)
+    with TestClient(create_app(settings)) as client:
+        rename_events_table(sqlite_url, "events", "events_away")
+        response = client.post("/v1/events", json=make_event("e1"))
+        assert response.status_code == 503
+        assert response.headers["Retry-After"] == str(settings.backpressure_retry_after_seconds)
+        assert "the event was not stored" in response.json()["detail"]
+        rename_events_table(sqlite_url, "events_away", "events")
+        assert client.post("/v1/events", json=make_event("e1")).status_code == 202
+        assert sample(client, "retrieval_monitor_events_rejected_total", reason="store_failed") == 1
+
+
+def test_closing_drains_the_queue_and_then_refuses(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url)
+    committer = committer_for(settings)
+    futures = [committer.submit("a", event(f"e{i}")) for i in range(5)]
+    committer.close()  # never started: the queue is still committed, not dropped
+    assert [outcome(f) for f in futures] == ["accepted"] * 5
+    assert count_rows(settings, Event) == 5
+    with pytest.raises(NotStoredError, match="shutting down") as refused:
+        committer.submit("a", event("late"))
+    assert refused.value.reason == "stopping"
+
+
+def post_concurrently(
+    url: str, clients: int, per_client: int, shared: int
+) -> tuple[Counter[int], Counter[str], int]:
+    """Each client posts its own events plus ``shared`` ids every client sends (same content),
+    then resends its first event; answers by status, accepted ids by count, and how many sends
+    a transport error made the client repeat (as a client should: same event_id)."""
+    statuses: Counter[int] = Counter()
+    accepted: Counter[str] = Counter()
+    resent = 0
+    lock = threading.Lock()
+
+    def client(number: int) -> None:
+        nonlocal resent
+        ids = [f"c{number}-{i}" for i in range(per_client)] + [f"s{i}" for i in range(shared)]
+        ids.append(ids[0])
+        with httpx.Client(base_url=url, timeout=60) as http:
+            for event_id in ids:
+                for _attempt in range(3):
+                    try:
+                        answer = http.post("/v1/events", json=make_event(event_id))
+                        break
+                    except httpx.TransportError:
+                        with lock:
+                            resent += 1
+                else:
+                    raise AssertionError(f"{event_id}: three transport errors in a row")
+                with lock:
+                    statuses[answer.status_code] += 1
+                    if answer.status_code == 202:
+                        accepted[answer.json()["event_id"]] += 1
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return statuses, accepted, resent
+
+
+def test_concurrent_requests_are_all_stored_exactly_once(
+    tmp_path: Path, database_url: str, redis_url: str
+) -> None:
+    settings = make_settings(tmp_path, database_url, redis_url)
+    clients, per_client, shared = 12, 15, 5
+    with LiveServer(settings) as server:
+        statuses, accepted, resent = post_concurrently(server.url, clients, per_client, shared)
+        counted = metric_total(server.url, "retrieval_monitor_events_accepted_total")
+    unique = clients * per_client + shared
+    duplicates = clients * (shared + 1) - shared
+    # Every request answered 2xx; each id accepted once, every other send of it a duplicate.
+    # A send repeated after a transport error whose first attempt was stored reads as a
+    # duplicate: only then may an id lack its 202.
+    assert set(statuses) <= {200, 202}
+    assert statuses.total() == unique + duplicates
+    assert set(accepted.values()) == {1}
+    assert unique - resent <= len(accepted) <= unique
+    if resent == 0:
+        assert statuses == {202: unique, 200: duplicates}
+    assert count_rows(settings, Event) == unique
+    assert counted == unique
+
+
+@pytest.fixture
+def api_process(tmp_path: Path, sqlite_url: str, redis_url: str) -> Iterator[ApiProcess]:
+    upgrade(sqlite_url)
+    api = ApiProcess(
+        make_settings(tmp_path, sqlite_url, redis_url), free_port(), tmp_path / "api.log"
+    )
+    yield api.start()
+    api.stop()
+
+
+@pytest.mark.slow
+def test_sigterm_under_load_answers_every_request_and_stores_every_acknowledged_event(
+    api_process: ApiProcess,
+) -> None:
+    acknowledged: list[str] = []
+    other: list[int] = []
+    stop = threading.Event()
+
+    def client(worker: int) -> None:
+        with httpx.Client(base_url=api_process.url, timeout=30) as http:
+            i = 0
+            while not stop.is_set():
+                event_id = f"t{worker}-{i}"
+                i += 1
+                try:
+                    response = http.post("/v1/events", json=make_event(event_id))
+                except httpx.TransportError:
+                    return  # the server stopped listening: this request was never taken
+                if response.status_code in (200, 202):
+                    acknowledged.append(event_id)
+                else:
+                    other.append(response.status_code)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(lambda: len(acknowledged) >= 100, timeout=60, interval=0.05)
+        assert api_process.process is not None
+        api_process.process.send_signal(signal.SIGTERM)
+        assert api_process.process.wait(timeout=60) == 0
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    # Nothing acknowledged is missing; anything refused was refused with a 503, never a 500.
+    stored = {
+        row[0]
+        for row in create_engine(api_process.settings.database_url)
+        .connect()
+        .execute(text("SELECT event_id FROM events"))
+    }
+    assert not set(acknowledged) - stored
+    assert set(other) <= {503}
