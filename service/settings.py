@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     local_judge_thresholds: tuple[float, float, float] = Field(
         (0.57, 0.63, 0.69),
         description="Cosine similarities at which the local judge gives grades 1, 2 and 3 "
-        "(fitted on half of SciFact's claims; see the README's judge section).",
+        "(fitted on half of SciFact's claims; see docs/judge.md).",
     )
     local_judge_backend: Literal["auto", "onnx-int8", "onnx-fp32", "numpy"] = Field(
         "auto",
