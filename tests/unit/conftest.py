@@ -6,26 +6,24 @@ from __future__ import annotations
 
 import socket
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 
-class OutsideThisProcess(RuntimeError):
+class OutsideThisProcessError(RuntimeError):
     """A unit test tried to reach past its own process."""
 
 
 def _refuse(what: str) -> Any:
     def refuse(*args: object, **kwargs: object) -> Any:
-        raise OutsideThisProcess(f"unit tests may not {what}; move the test to tests/integration")
+        raise OutsideThisProcessError(f"unit tests may not {what}; move the test to tests/integration")
 
     return refuse
 
 
 @pytest.fixture(autouse=True)
-def only_this_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def only_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", _refuse("open a network connection"))
     monkeypatch.setattr(socket.socket, "connect_ex", _refuse("open a network connection"))
     monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("start a subprocess"))
-    yield
