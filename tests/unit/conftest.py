@@ -17,7 +17,9 @@ class OutsideThisProcessError(RuntimeError):
 
 def _refuse(what: str) -> Any:
     def refuse(*args: object, **kwargs: object) -> Any:
-        raise OutsideThisProcessError(f"unit tests may not {what}; move the test to tests/integration")
+        raise OutsideThisProcessError(
+            f"unit tests may not {what}; move the test to tests/integration"
+        )
 
     return refuse
 
