@@ -20,7 +20,6 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, inspect, update
 
-from service import ui
 from service.api.app import create_app
 from service.api.keys import key_hash, new_key
 from service.measures.formulas import EventLabels, compute_measures
@@ -36,6 +35,7 @@ from service.ui.auth import COOKIE_NAME, UI_HEADER, UI_HEADER_VALUE, safe_next
 from service.ui.charts import line_chart
 from service.ui.filters import bucket_seconds, parse_filter
 from service.ui.render import highlight, query_terms
+from service.ui.routes import router as ui_router
 from tests.conftest import make_settings
 from tests.helpers import make_event
 
@@ -46,7 +46,7 @@ def ui_app(settings: Settings) -> FastAPI:
     """The service's app with the pages, whether or not create_app already includes them."""
     app = create_app(settings)
     if not any(getattr(route, "path", "").startswith("/ui") for route in app.routes):
-        app.include_router(ui.router)
+        app.include_router(ui_router)
     return app
 
 
