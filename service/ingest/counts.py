@@ -24,8 +24,10 @@ def count_rejected(
     events: int = 1,
     empty_retrieval: Mapping[str, str] | None = None,
 ) -> None:
-    """``events`` refused for ``reason`` (a bounded label: invalid, empty_retrieval, limits,
-    conflict, rate_limited, backlog, slow_database, stopping, store_failed...).
+    """``events`` refused for ``reason``, a bounded label set by the path that refused them:
+    validation (invalid, empty_retrieval, limits), the insert (conflict), admission
+    (rate_limited, backlog, slow_database) or the single-event writer (stopping, queue_full,
+    unconfirmed, store_failed, invalid).
 
     ``empty_retrieval`` carries the labels of a refused body that reported a retrieval with no
     passage: the v1 contract refuses it, but it also counts as an empty retrieval, the signal
