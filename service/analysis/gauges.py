@@ -11,6 +11,7 @@ A ratio that cannot be computed (e.g. precision of a judge that never said "rele
 sample rather than a made-up 0, and a judge without gold events in the window has no series.
 The figures come from the database, so every replica reports the same ones. They pool every
 tenant's gold events by default: agreement with gold is a property of the judge.
+``CachedCalibrationGauges`` is the ``Collector`` the ``/metrics`` page registers for them.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
@@ -103,7 +105,11 @@ def calibration_gauges(
     tenant: str | None = None,
 ) -> list[Metric]:
     """The gauge families of ``GAUGES`` for the gold events of the last ``window``."""
-    calibrations = recent_calibration(session, window=window, now=now, tenant=tenant)
+    return gauge_families(recent_calibration(session, window=window, now=now, tenant=tenant))
+
+
+def gauge_families(calibrations: Sequence[JudgeCalibration]) -> list[Metric]:
+    """One family per gauge of ``GAUGES``, with a sample per judge that has a value."""
     families: list[Metric] = []
     for gauge in GAUGES:
         family = GaugeMetricFamily(gauge.full_name, gauge.help, labels=list(LABELS))
@@ -115,7 +121,7 @@ def calibration_gauges(
     return families
 
 
-class CachedCalibrationGauges:
+class CachedCalibrationGauges(Collector):
     """``calibration_gauges`` recomputed at most every ``ttl_seconds``: a scrape every 15 s
     should not re-read a day of gold judgments each time, and the figures move slowly."""
 
@@ -135,7 +141,10 @@ class CachedCalibrationGauges:
         self._expires = 0.0
         self._families: list[Metric] = []
 
-    def __call__(self) -> list[Metric]:
+    def describe(self) -> list[Metric]:
+        return gauge_families(())
+
+    def collect(self) -> list[Metric]:
         with self._lock:
             if time.monotonic() >= self._expires:
                 self._expires = time.monotonic() + self.ttl_seconds

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, status
 
 from service.analysis.report import to_jsonable
 from service.analysis.runner import (
@@ -15,14 +15,13 @@ from service.analysis.runner import (
     run_comparison,
 )
 from service.analysis.window import parse_moment, preceding, resolve_window
-from service.api.auth import Caller
-from service.api.deps import AppState, app_state
+from service.api.deps import Caller, StateDep
+from service.api.state import AppState
 from service.store.analysis import EventWindow
 from service.store.engine import session_scope
 from service.store.events import utcnow
 
 router = APIRouter(prefix="/v1/analysis", tags=["analysis"])
-State = Annotated[AppState, Depends(app_state)]
 
 TIME_HELP = "ISO 8601 (UTC when no offset) or a span back from now: 24h, 7d, 2w"
 Since = Annotated[str | None, Query(description=f"Window start; default 7d. {TIME_HELP}")]
@@ -72,7 +71,7 @@ def _request(
 
 @router.get("", responses={422: {"description": "A time or the window is malformed."}})
 def get_analysis(
-    state: State,
+    state: StateDep,
     caller: Caller,
     since: Since = None,
     until: Until = None,
@@ -105,7 +104,7 @@ def get_analysis(
 
 @router.get("/compare", responses={422: {"description": "Malformed times or retriever pair."}})
 def get_comparison(
-    state: State,
+    state: StateDep,
     caller: Caller,
     since: Since = None,
     until: Until = None,

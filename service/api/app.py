@@ -10,17 +10,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from service import ui
 from service.api import analysis, events, health, otlp
 from service.api.body_limit import BodyLimitMiddleware
-from service.api.deps import AppState
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
+from service.api.state import AppState
 from service.ingest.accept import empty_retrieval_labels
 from service.runtime import Runtime
 from service.settings import Settings
 from service.store.db_check import warn_if_statistics_go_stale
-from service.telemetry.aggregates import Delta
 from service.telemetry.rebuild import ensure_aggregates
+from service.ui.routes import router as ui_router
 
 log = logging.getLogger(__name__)
 
@@ -67,17 +66,13 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(otlp.router)
     app.include_router(analysis.router)
     app.include_router(health.router)
-    app.include_router(ui.router)
+    app.include_router(ui_router)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         if request.url.path.startswith("/v1/events") and request.method == "POST":
-            delta = Delta()
             empty = empty_retrieval_labels(exc.body)
-            delta.inc("events_rejected", {"reason": "empty_retrieval" if empty else "invalid"})
-            if empty is not None:
-                delta.inc("signal_empty_retrievals", empty)
-            state.ingestor.count(delta)
+            state.ingestor.reject("empty_retrieval" if empty else "invalid", empty_retrieval=empty)
         errors = [
             {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
             for e in exc.errors()

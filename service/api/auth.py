@@ -5,13 +5,11 @@ With ``RM_AUTH_REQUIRED=false`` (the embedded default) every caller is the ``def
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import HTTPException, Request, status
 from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import AppState, app_state, request_state
 from service.api.keys import ANONYMOUS, Principal
+from service.api.state import AppState, app_state
 
 
 def presented_key(request: Request) -> str | None:
@@ -21,9 +19,7 @@ def presented_key(request: Request) -> str | None:
     return request.headers.get("x-api-key") or None
 
 
-def current_principal(
-    request: Request, state: Annotated[AppState, Depends(app_state)]
-) -> Principal:
+def current_principal(request: Request, state: AppState) -> Principal:
     if not state.runtime.settings.auth_required:
         return ANONYMOUS
     key = presented_key(request)
@@ -43,8 +39,9 @@ def current_principal(
     return principal
 
 
-def operations_access(request: Request, state: Annotated[AppState, Depends(app_state)]) -> None:
+def operations_access(request: Request) -> None:
     """/metrics: open unless RM_METRICS_AUTH is set, then an admin key is needed."""
+    state = app_state(request)
     if not state.runtime.settings.metrics_auth:
         return
     key = presented_key(request)
@@ -57,15 +54,11 @@ def operations_access(request: Request, state: Annotated[AppState, Depends(app_s
         )
 
 
-async def caller_principal(
-    request: Request, state: Annotated[AppState, Depends(request_state)]
-) -> Principal:
+async def caller_principal(request: Request) -> Principal:
     """``current_principal`` as the routes' dependency: with no key required it answers in the
     event loop (no thread-pool hop); a key lookup, which may query the database, goes to the
     thread pool."""
+    state = app_state(request)
     if not state.runtime.settings.auth_required:
         return ANONYMOUS
     return await run_in_threadpool(current_principal, request, state)
-
-
-Caller = Annotated[Principal, Depends(caller_principal)]

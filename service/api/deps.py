@@ -1,97 +1,35 @@
-"""What routes get from the application state."""
+"""Every route dependency, declared once as an alias that routes take as a parameter type.
+
+A route states what it needs by its parameters' types (``state: StateDep, caller: Caller``); how
+each is obtained lives here and nowhere else, so a change to it (a key check, a cache) reaches
+every route at once. ``tests/test_layers.py`` holds every other module of ``service`` to that.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from itertools import chain
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
 
-from service.analysis.gauges import CachedCalibrationGauges
-from service.api.keys import KeyStore
-from service.ingest.accept import Ingestor
-from service.ingest.dispatch import GatheringSender
-from service.ingest.group_commit import GroupCommitter
-from service.queue import urgent_queue
-from service.runtime import Runtime
-from service.spend.budget import BudgetGauges
-from service.store.engine import session_scope
-from service.store.events import pending_summary, utcnow
-from service.telemetry.exporter import MetricsPage, PipelineState
-from service.telemetry.rebuild import ensure_aggregates_in_background
-
-
-@dataclass
-class AppState:
-    runtime: Runtime
-    ingestor: Ingestor
-    metrics_page: MetricsPage
-    committer: GroupCommitter  # the single-event path's writer; started and drained by the app
-    keys: KeyStore
-
-    @classmethod
-    def build(cls, runtime: Runtime) -> AppState:
-        sender = GatheringSender(
-            runtime.settings.redis_url,
-            runtime.settings.queue_name,
-            runtime.settings.judge_slice_events,
-            runtime.settings.judge_gather_seconds,
-        )
-
-        def pipeline_state() -> PipelineState:
-            with session_scope(runtime.engine) as session:
-                pending = pending_summary(session)
-            age = (
-                (utcnow() - pending.oldest_received_at).total_seconds()
-                if pending.oldest_received_at
-                else 0.0
-            )
-            queues = (runtime.settings.queue_name, urgent_queue(runtime.settings.queue_name))
-            # One round trip for both queues: every round trip of a scrape adds to its time.
-            with runtime.redis.pipeline(transaction=False) as pipe:
-                for queue in queues:
-                    pipe.llen(queue)
-                depths = pipe.execute()
-            return PipelineState(
-                queue_depth={queue: int(d) for queue, d in zip(queues, depths, strict=True)},
-                pending_events=pending.count,
-                oldest_pending_age_seconds=max(age, 0.0),
-            )
-
-        def before_scrape() -> None:
-            if not runtime.aggregates.has_epoch():
-                ensure_aggregates_in_background(runtime)
-
-        calibration = CachedCalibrationGauges(runtime.engine)
-        budgets = BudgetGauges(runtime.redis, runtime.settings)
-        metrics_page = MetricsPage(
-            runtime.aggregates,
-            pipeline_state,
-            before_scrape,
-            extra=lambda: chain(calibration(), budgets()),
-        )
-        ingestor = Ingestor(runtime, sender)
-        group = runtime.settings.max_batch_events
-        # PostgreSQL takes concurrent writers, so a second one stores a group while the first
-        # waits on the server; SQLite has one write lock, which a second writer would only wait
-        # for (its busy handler sleeps between retries).
-        writers = 1 if runtime.engine.dialect.name == "sqlite" else 2
-        return cls(
-            runtime=runtime,
-            ingestor=ingestor,
-            # A group is at most a batch; one more group may wait while one is being stored.
-            committer=GroupCommitter(ingestor.ingest, group, capacity=group, writers=writers),
-            metrics_page=metrics_page,
-            keys=KeyStore(runtime.engine),
-        )
-
-
-def app_state(request: Request) -> AppState:
-    state: AppState = request.app.state.rm
-    return state
+from service.api.auth import caller_principal, operations_access
+from service.api.keys import Principal
+from service.api.state import AppState, app_state
+from service.ui.auth import page_principal, ui_principal
 
 
 async def request_state(request: Request) -> AppState:
     """``app_state`` as a route dependency. FastAPI runs a sync dependency in the thread pool;
     that hop costs far more than this attribute read, and every ingest request paid it."""
     return app_state(request)
+
+
+# The application's long-lived parts: settings, database, Redis, ingest, metrics, keys.
+StateDep = Annotated[AppState, Depends(request_state)]
+# The tenant of an API call, from its key (``default`` when no key is required).
+Caller = Annotated[Principal, Depends(caller_principal)]
+# The tenant of a call the pages make: a key in a header, or the pages' login cookie.
+UiCaller = Annotated[Principal, Depends(ui_principal)]
+# The tenant of a page; without a usable key the browser is sent to the login form.
+PageCaller = Annotated[Principal, Depends(page_principal)]
+# A check that gives the route nothing: listed in ``dependencies=[...]`` of ``/metrics``.
+OPERATIONS_ACCESS = Depends(operations_access)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Response, status
+from fastapi import APIRouter, HTTPException, Response, status
 
-from service.api.auth import Caller
-from service.api.deps import AppState, request_state
+from service.api.deps import Caller, StateDep
 from service.api.keys import Principal
+from service.api.state import AppState
 from service.ingest.accept import Rejection, validate
 from service.ingest.group_commit import NotStoredError
 from service.schemas import (
@@ -27,7 +27,6 @@ from service.store.engine import session_scope
 from service.telemetry.aggregates import Delta
 
 router = APIRouter(prefix="/v1/events", tags=["events"], responses=ERROR_RESPONSES)
-State = Annotated[AppState, Depends(request_state)]
 
 
 @router.post(
@@ -42,7 +41,7 @@ State = Annotated[AppState, Depends(request_state)]
         422: {"description": "The event is malformed or breaks a limit."},
     },
 )
-def post_event(event: EventIn, response: Response, state: State, caller: Caller) -> IngestResult:
+def post_event(event: EventIn, response: Response, state: StateDep, caller: Caller) -> IngestResult:
     """Accept one retrieval event; 202 once it is committed, to be judged in the background."""
     refuse_if_needed(state, caller, 1)
     checked = validate(event, state.runtime)
@@ -53,9 +52,7 @@ def post_event(event: EventIn, response: Response, state: State, caller: Caller)
     try:
         result = state.committer.store(caller.tenant, checked)
     except NotStoredError as exc:
-        delta = Delta()
-        delta.inc("events_rejected", {"reason": exc.reason})
-        state.ingestor.count(delta)
+        state.ingestor.reject(exc.reason)
         retry_after = str(state.runtime.settings.backpressure_retry_after_seconds)
         raise HTTPException(
             exc.status_code,
@@ -70,7 +67,7 @@ def post_event(event: EventIn, response: Response, state: State, caller: Caller)
 
 
 @router.post("/batch", response_model=BatchResult)
-def post_batch(batch: BatchIn, state: State, caller: Caller) -> BatchResult:
+def post_batch(batch: BatchIn, state: StateDep, caller: Caller) -> BatchResult:
     """Accept many events; each is validated on its own and gets its own result."""
     limit = state.runtime.settings.max_batch_events
     if len(batch.events) > limit:
@@ -105,7 +102,7 @@ def post_batch(batch: BatchIn, state: State, caller: Caller) -> BatchResult:
 
 
 @router.get("/{event_id}", response_model=EventView, responses={404: {"model": ErrorBody}})
-def get_event(event_id: str, state: State, caller: Caller) -> EventView:
+def get_event(event_id: str, state: StateDep, caller: Caller) -> EventView:
     """The event as stored, its judging status, per-passage grades and its measures."""
     with session_scope(state.runtime.engine) as session:
         event = event_store.find_event(session, caller.tenant, event_id)
@@ -117,7 +114,7 @@ def get_event(event_id: str, state: State, caller: Caller) -> EventView:
 
 @router.post("/{event_id}/feedback", responses={404: {"model": ErrorBody}})
 def post_feedback(
-    event_id: str, feedback: FeedbackIn, state: State, caller: Caller
+    event_id: str, feedback: FeedbackIn, state: StateDep, caller: Caller
 ) -> dict[str, Any]:
     """Attach the answer's grade (1-5) and/or correctness to an event, possibly long after it."""
     with session_scope(state.runtime.engine) as session:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Response
 from sqlalchemy import text
 
-from service.api.auth import operations_access
-from service.api.events import State
+from service.api.deps import OPERATIONS_ACCESS, StateDep
 from service.store.engine import session_scope
 from service.telemetry.exposition import CONTENT_TYPE
 
@@ -20,7 +19,7 @@ def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", responses={503: {"description": "A dependency is unreachable."}})
-def readyz(response: Response, state: State) -> dict[str, str]:
+def readyz(response: Response, state: StateDep) -> dict[str, str]:
     """Readiness: the database and Redis both answer."""
     checks: dict[str, str] = {}
     try:
@@ -40,7 +39,7 @@ def readyz(response: Response, state: State) -> dict[str, str]:
     return {"status": "ready" if ready else "not ready", **checks}
 
 
-@router.get("/metrics", response_class=Response, dependencies=[Depends(operations_access)])
-def metrics(state: State) -> Response:
+@router.get("/metrics", response_class=Response, dependencies=[OPERATIONS_ACCESS])
+def metrics(state: StateDep) -> Response:
     """Prometheus text exposition of every series (global totals, the same on every replica)."""
     return Response(state.metrics_page.render(), media_type=CONTENT_TYPE)

@@ -14,7 +14,8 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import current_principal
-from service.api.deps import AppState, app_state
+from service.api.deps import StateDep
+from service.api.state import AppState
 from service.ingest.accept import Rejection, validate
 from service.ingest.otlp.decode import Encoding, PayloadError, decode
 from service.ingest.otlp.mapping import SELECT, MappingConfig, map_request
@@ -52,7 +53,7 @@ _BODY_DOC = {
         503: {"description": "The events cannot be stored now; retry after Retry-After."},
     },
 )
-async def export_traces(request: Request) -> Response:
+async def export_traces(request: Request, state: StateDep) -> Response:
     """OTLP/HTTP trace export: retriever and reranker spans become retrieval events."""
     encoding = request_encoding(request.headers.get("content-type", ""))
     if encoding is None:
@@ -60,7 +61,7 @@ async def export_traces(request: Request) -> Response:
             415, "use Content-Type application/x-protobuf or application/json", "json"
         )
     body = await request.body()
-    return await run_in_threadpool(_export, request, app_state(request), body, encoding)
+    return await run_in_threadpool(_export, request, state, body, encoding)
 
 
 def request_encoding(content_type: str) -> Encoding | None:

@@ -10,7 +10,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 
 from service.ingest.backpressure import Backpressure
-from service.ingest.counts import IngestCounts
+from service.ingest.counts import IngestCounts, count_rejected
 from service.ingest.ratelimit import TokenBucket
 from service.ingest.redaction import Redactor
 from service.ingest.sampling import decide
@@ -175,9 +175,7 @@ class Ingestor:
                     max(1, math.ceil(decision.retry_after_seconds)),
                 )
         if refusal is not None:
-            delta = Delta()
-            delta.inc("events_rejected", {"reason": refusal.reason}, events)
-            self.count(delta)
+            self.reject(refusal.reason, events)
         return refusal
 
     def _tenant_bucket(self, tenant: str) -> TokenBucket:
@@ -234,7 +232,7 @@ class Ingestor:
                 counts.duplicate(key)
                 results.append(IngestResult(event_id=outcome.event_id, status="duplicate"))
             else:
-                delta.inc("events_rejected", {"reason": "conflict"})
+                count_rejected(delta, "conflict")
                 results.append(
                     IngestResult(
                         event_id=outcome.event_id,
@@ -244,9 +242,7 @@ class Ingestor:
                 )
         counts.add_to(delta)
         for rejection in rejections:
-            delta.inc("events_rejected", {"reason": rejection.reason})
-            if rejection.empty_retrieval is not None:
-                delta.inc("signal_empty_retrievals", rejection.empty_retrieval)
+            count_rejected(delta, rejection.reason, empty_retrieval=rejection.empty_retrieval)
         self.count(delta)
         if urgent_pks:
             self._urgent_sender().send_judge(urgent_pks)
@@ -261,6 +257,15 @@ class Ingestor:
                 broker, urgent_queue(self.sender.queue), self.sender.slice_events
             )
         return self._urgent
+
+    def reject(
+        self, reason: str, events: int = 1, empty_retrieval: Mapping[str, str] | None = None
+    ) -> None:
+        """Count events refused before ``ingest`` saw them (admission, the request's own
+        validation, the single-event path's writer); ``ingest`` counts the ones it is given."""
+        delta = Delta()
+        count_rejected(delta, reason, events, empty_retrieval)
+        self.count(delta)
 
     def count(self, delta: Delta) -> None:
         try:

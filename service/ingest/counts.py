@@ -1,4 +1,5 @@
-"""The counters of one ingest call, added up per label set before they become one Delta.
+"""The counters of one ingest call, added up per label set before they become one Delta, and
+``count_rejected``, the one place a refused event is counted, whichever path refused it.
 
 A batch of 100 events usually carries one or a few (app, retriever, environment) label sets;
 counting per label set rather than per event turns ~15 increments per event into a handful of
@@ -8,12 +9,33 @@ additions, and each histogram's buckets are counted once per batch.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from service.ingest.signals import Signals
 from service.telemetry.aggregates import Delta
 
 LabelKey = tuple[str, str, str]  # app, retriever, environment
+
+
+def count_rejected(
+    delta: Delta,
+    reason: str,
+    events: int = 1,
+    empty_retrieval: Mapping[str, str] | None = None,
+) -> None:
+    """``events`` refused for ``reason``, a bounded label set by the path that refused them:
+    validation (invalid, empty_retrieval, limits), the insert (conflict), admission
+    (rate_limited, backlog, slow_database) or the single-event writer (stopping, queue_full,
+    unconfirmed, store_failed, invalid).
+
+    ``empty_retrieval`` carries the labels of a refused body that reported a retrieval with no
+    passage: the v1 contract refuses it, but it also counts as an empty retrieval, the signal
+    whose alert watches for a retriever that returns nothing.
+    """
+    delta.inc("events_rejected", {"reason": reason}, events)
+    if empty_retrieval is not None:
+        delta.inc("signal_empty_retrievals", empty_retrieval)
 
 
 @dataclass

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from redis import Redis
 
 from service.runtime import Runtime
@@ -250,19 +251,26 @@ def budgeted_apps(redis: Redis, settings: Settings, now: float) -> set[str]:
     return apps
 
 
-class BudgetGauges:
+class BudgetGauges(Collector):
     """The budget left per app and window, read from Redis at scrape time."""
 
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.budget = Budget(redis, settings)
 
-    def __call__(self) -> Iterator[Metric]:
+    def describe(self) -> list[Metric]:
+        return [self._family()]
+
+    def collect(self) -> list[Metric]:
         now = time.time()
-        gauge = GaugeMetricFamily(
-            BUDGET_REMAINING.full_name, BUDGET_REMAINING.help, labels=list(BUDGET_REMAINING.labels)
-        )
+        gauge = self._family()
         for app in sorted(budgeted_apps(self.budget.redis, self.budget.settings, now)):
             for window, left in self.budget.remaining(app, now).items():
                 if left is not None:
                     gauge.add_metric([app, window], left)
-        yield gauge
+        return [gauge]
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            BUDGET_REMAINING.full_name, BUDGET_REMAINING.help, labels=list(BUDGET_REMAINING.labels)
+        )

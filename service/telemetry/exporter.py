@@ -1,11 +1,12 @@
 """``/metrics``: the page Prometheus scrapes, from the shared aggregates read at scrape time.
 
-The shared families (every family of ``service.telemetry.metrics.FAMILIES``) and the pipeline
-gauges are written as exposition text directly (``service.telemetry.exposition``): they are
-nearly all of a scrape's samples. The families computed elsewhere (``extra``: the judge's agreement
-with gold labels, the budgets left) are few and stay prometheus_client objects, formatted by
-``generate_latest`` and appended; their names are not among the shared ones, so no family appears
-twice.
+The shared families (every family of ``service.telemetry.metrics.FAMILIES``) are written as
+exposition text directly (``service.telemetry.exposition``): they are nearly all of a scrape's
+samples. The families computed at scrape time from state that lives elsewhere (the pipeline's
+queues and pending events, the judge's agreement with gold labels, the budgets left) are few; each
+source is a prometheus_client ``Collector``, registered once in the page's own registry, and
+formatted by ``generate_latest`` after the shared ones. The registry also holds the shared names,
+so a collector that would repeat one of them is refused when it is registered.
 
 The page is the Prometheus text format only, whatever the ``Accept`` header; OpenMetrics is not
 offered (it forbids the _sum of a histogram with negative bounds, which T and T_u have).
@@ -13,11 +14,11 @@ offered (it forbids the _sum of a histogram with negative bounds, which T and T_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from prometheus_client import generate_latest
-from prometheus_client.core import Metric
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from service.telemetry.aggregates import COUNT, SUM, Aggregates
@@ -32,29 +33,61 @@ class PipelineState:
     oldest_pending_age_seconds: float
 
 
-class _Families(Collector):
-    """Hands already built families to ``generate_latest``, which only needs ``collect``."""
+class PipelineGauges(Collector):
+    """Queue depth, pending events and the oldest one's age, as ``read`` finds them at scrape
+    time."""
 
-    def __init__(self, families: Iterable[Metric]) -> None:
-        self.families = families
+    def __init__(self, read: Callable[[], PipelineState]) -> None:
+        self.read = read
 
-    def collect(self) -> Iterator[Metric]:
-        yield from self.families
+    def describe(self) -> list[Metric]:
+        return list(self._empty())
+
+    def collect(self) -> list[Metric]:
+        state = self.read()
+        depth, pending, age = self._empty()
+        for queue, count in state.queue_depth.items():
+            depth.add_metric([queue], count)
+        pending.add_metric([], state.pending_events)
+        age.add_metric([], state.oldest_pending_age_seconds)
+        return [depth, pending, age]
+
+    @staticmethod
+    def _empty() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                QUEUE_DEPTH.full_name, QUEUE_DEPTH.help, labels=list(QUEUE_DEPTH.labels)
+            ),
+            GaugeMetricFamily(EVENTS_PENDING.full_name, EVENTS_PENDING.help, labels=[]),
+            GaugeMetricFamily(OLDEST_PENDING_AGE.full_name, OLDEST_PENDING_AGE.help, labels=[]),
+        )
+
+
+class _SharedNames(Collector):
+    """Describes the families the page writes itself and collects nothing: holding their names
+    in the registry makes it refuse a collector that would write one of them again."""
+
+    def describe(self) -> list[Metric]:
+        return [Metric(family.full_name, family.help, family.kind) for family in FAMILIES.values()]
+
+    def collect(self) -> list[Metric]:
+        return []
 
 
 class MetricsPage:
     def __init__(
         self,
         aggregates: Aggregates,
-        pipeline_state: Callable[[], PipelineState],
+        collectors: Iterable[Collector] = (),
         before_scrape: Callable[[], None] = lambda: None,
-        extra: Callable[[], Iterable[Metric]] = lambda: (),
     ) -> None:
         self.aggregates = aggregates
-        self.pipeline_state = pipeline_state
         self.before_scrape = before_scrape
-        # Families computed elsewhere at scrape time (the judge's agreement with gold labels).
-        self.extra = extra
+        # The families computed at scrape time, in the order given.
+        self.computed = CollectorRegistry(auto_describe=True)
+        self.computed.register(_SharedNames())
+        for collector in collectors:
+            self.computed.register(collector)
         # Histograms are built by hand rather than with prometheus_client's, which drops _sum and
         # _count when a bucket bound is negative (an OpenMetrics rule); T and T_u go negative,
         # and their rolling means need rate(_sum) / rate(_count) like every other measure.
@@ -94,19 +127,5 @@ class MetricsPage:
                 for labels, values in by_labels:
                     layout.write(out, labels, values[:COUNT], values[COUNT], values[SUM], formatted)
 
-        state = self.pipeline_state()
-        out.append(header(QUEUE_DEPTH.full_name, QUEUE_DEPTH.help, "gauge"))
-        write_samples(
-            out,
-            QUEUE_DEPTH.full_name,
-            QUEUE_DEPTH.labels,
-            (((queue,), count) for queue, count in state.queue_depth.items()),
-        )
-        for gauge, value in (
-            (EVENTS_PENDING, state.pending_events),
-            (OLDEST_PENDING_AGE, state.oldest_pending_age_seconds),
-        ):
-            out.append(header(gauge.full_name, gauge.help, "gauge"))
-            write_samples(out, gauge.full_name, (), [((), value)])
-        out.append(generate_latest(_Families(self.extra())).decode())
+        out.append(generate_latest(self.computed).decode())
         return "".join(out).encode()

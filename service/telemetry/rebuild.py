@@ -77,3 +77,9 @@ def ensure_aggregates_in_background(runtime: Runtime) -> None:
             log.warning("could not rebuild the shared aggregates", exc_info=True)
 
     threading.Thread(target=run, name="rebuild-aggregates", daemon=True).start()
+
+
+def rebuild_if_lost(runtime: Runtime) -> None:
+    """Before a scrape: start a rebuild when the aggregates are gone; the scrape never waits."""
+    if not runtime.aggregates.has_epoch():
+        ensure_aggregates_in_background(runtime)

@@ -1,21 +1,11 @@
 """The built-in web pages for reading what went wrong, and the miss-cause API they use.
 
-``router`` carries both: the pages under /ui and the JSON routes under /v1. ``queries`` holds the
-pages' database reads (and the miss-cause writes), ``filters`` reads the query string, ``views``
-shapes rows for the templates, ``render`` and ``charts`` draw them.
+``routes.router`` carries both: the pages under /ui (``pages``) and the JSON routes under /v1
+(``api``). ``queries`` holds the pages' database reads (and the miss-cause writes), ``filters``
+reads the query string, ``views`` shapes rows for the templates, ``render`` and ``charts`` draw
+them, ``auth`` says who is reading (a key or the login cookie).
 
 May import: ``service.store``, ``service.measures``, ``service.telemetry`` and the API's shared
-dependencies (``service.api.deps``, ``service.api.auth``).
+parts (``service.api.deps``, ``service.api.state``, ``service.api.auth``, ``service.api.keys``).
+This file imports nothing, so ``service.api.deps`` can take the UI's key checks from ``auth``.
 """
-
-from __future__ import annotations
-
-from fastapi import APIRouter
-
-from service.ui import api, pages
-
-router = APIRouter()
-router.include_router(pages.router)
-router.include_router(api.router)
-
-__all__ = ["router"]

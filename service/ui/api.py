@@ -5,19 +5,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, status
 
-from service.api.deps import AppState, app_state
+from service.api.deps import StateDep, UiCaller
 from service.store import events as event_store
 from service.store.engine import session_scope
 from service.store.models import Event, MissCause, MissCauseKind
 from service.ui import queries as page_store
-from service.ui.auth import UiCaller
 from service.ui.filters import UNCLASSIFIED, EventFilter, TimeWindow
 from service.ui.schemas import CauseCountsView, MissCauseIn, MissCauseView
 
 router = APIRouter(tags=["misses"])
-State = Annotated[AppState, Depends(app_state)]
 
 
 def _view(event: Event, cause: MissCause) -> MissCauseView:
@@ -35,7 +33,7 @@ def _view(event: Event, cause: MissCause) -> MissCauseView:
     responses={404: {}, 422: {"description": "Not a gold miss, or a malformed cause."}},
 )
 def put_miss_cause(
-    event_id: str, body: MissCauseIn, state: State, caller: UiCaller
+    event_id: str, body: MissCauseIn, state: StateDep, caller: UiCaller
 ) -> MissCauseView:
     """Record why the event's gold passage did not reach the prompt; replaces an earlier cause."""
     with session_scope(state.runtime.engine) as session:
@@ -56,7 +54,7 @@ def put_miss_cause(
 
 
 @router.get("/v1/events/{event_id}/miss-cause", response_model=MissCauseView, responses={404: {}})
-def get_miss_cause(event_id: str, state: State, caller: UiCaller) -> MissCauseView:
+def get_miss_cause(event_id: str, state: StateDep, caller: UiCaller) -> MissCauseView:
     """The cause recorded for the event's gold miss; 404 when none is."""
     with session_scope(state.runtime.engine) as session:
         event = event_store.find_event(session, caller.tenant, event_id)
@@ -85,7 +83,7 @@ def _utc(moment: datetime | None) -> datetime | None:
 
 @router.get("/v1/misses/causes", response_model=CauseCountsView)
 def get_cause_counts(
-    state: State,
+    state: StateDep,
     caller: UiCaller,
     app: Annotated[str | None, Query(description="Only events of this app.")] = None,
     retriever: Annotated[str | None, Query(description="Only events of this retriever.")] = None,

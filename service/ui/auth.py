@@ -9,14 +9,13 @@ refused, so a page elsewhere cannot act with the cookie.
 
 from __future__ import annotations
 
-from typing import Annotated
 from urllib.parse import quote, urlsplit
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import HTTPException, Request, status
 
 from service.api.auth import presented_key
-from service.api.deps import AppState, app_state
 from service.api.keys import ANONYMOUS, Principal
+from service.api.state import AppState, app_state
 
 COOKIE_NAME = "rm_ui_key"
 COOKIE_MAX_AGE_SECONDS = 12 * 3600
@@ -68,9 +67,9 @@ def _resolve(request: Request, state: AppState) -> Principal | None:
     return principal
 
 
-def ui_principal(request: Request, state: Annotated[AppState, Depends(app_state)]) -> Principal:
+def ui_principal(request: Request) -> Principal:
     """The tenant of an API call: a key in a header, or the login cookie of the pages."""
-    principal = _resolve(request, state)
+    principal = _resolve(request, app_state(request))
     if principal is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
@@ -81,9 +80,9 @@ def ui_principal(request: Request, state: Annotated[AppState, Depends(app_state)
     return principal
 
 
-def page_principal(request: Request, state: Annotated[AppState, Depends(app_state)]) -> Principal:
+def page_principal(request: Request) -> Principal:
     """The tenant of a page; without a valid key the browser is sent to the login form."""
-    principal = _resolve(request, state)
+    principal = _resolve(request, app_state(request))
     if principal is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise HTTPException(
@@ -99,7 +98,3 @@ def safe_next(target: str | None) -> str:
     if target and target.startswith("/ui") and not target.startswith("//"):
         return target
     return "/ui"
-
-
-UiCaller = Annotated[Principal, Depends(ui_principal)]
-PageCaller = Annotated[Principal, Depends(page_principal)]

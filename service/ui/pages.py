@@ -7,13 +7,13 @@ from this service (no fonts or scripts from elsewhere), so they work air-gapped.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from service.api.deps import AppState, app_state
+from service.api.deps import PageCaller, StateDep
+from service.api.state import app_state
 from service.measures.formulas import MEASURE_NAMES
 from service.store import events as event_store
 from service.store.engine import session_scope
@@ -24,7 +24,6 @@ from service.ui.auth import (
     COOKIE_NAME,
     UI_HEADER,
     UI_HEADER_VALUE,
-    PageCaller,
     cross_site,
     safe_next,
 )
@@ -32,7 +31,6 @@ from service.ui.filters import UNCLASSIFIED, WINDOWS, EventFilter, parse_filter
 from service.ui.render import MISS_CAUSE_TITLES, render
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
-State = Annotated[AppState, Depends(app_state)]
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = {"ui.css": "text/css", "ui.js": "text/javascript"}
 MAX_LOGIN_BODY = 4096
@@ -68,7 +66,7 @@ def _filter(request: Request) -> EventFilter:
 
 
 @router.get("", response_class=HTMLResponse)
-def overview_page(request: Request, state: State, caller: PageCaller) -> Response:
+def overview_page(request: Request, state: StateDep, caller: PageCaller) -> Response:
     chosen = _filter(request)
     with session_scope(state.runtime.engine) as session:
         data = page_store.overview(session, caller.tenant, chosen.window)
@@ -85,7 +83,7 @@ def overview_page(request: Request, state: State, caller: PageCaller) -> Respons
 
 
 @router.get("/events", response_class=HTMLResponse)
-def events_page(request: Request, state: State, caller: PageCaller) -> Response:
+def events_page(request: Request, state: StateDep, caller: PageCaller) -> Response:
     chosen = _filter(request)
     with session_scope(state.runtime.engine) as session:
         page = page_store.list_events(session, caller.tenant, chosen)
@@ -104,7 +102,7 @@ def events_page(request: Request, state: State, caller: PageCaller) -> Response:
 
 
 @router.get("/events/{event_id}", response_class=HTMLResponse)
-def event_page(event_id: str, request: Request, state: State, caller: PageCaller) -> Response:
+def event_page(event_id: str, request: Request, state: StateDep, caller: PageCaller) -> Response:
     with session_scope(state.runtime.engine) as session:
         event = event_store.find_event(session, caller.tenant, event_id)
         if event is None or event.id is None:
@@ -127,7 +125,7 @@ def event_page(event_id: str, request: Request, state: State, caller: PageCaller
 
 
 @router.get("/misses", response_class=HTMLResponse)
-def misses_page(request: Request, state: State, caller: PageCaller) -> Response:
+def misses_page(request: Request, state: StateDep, caller: PageCaller) -> Response:
     chosen = _filter(request)
     with session_scope(state.runtime.engine) as session:
         counts = page_store.cause_counts(session, caller.tenant, chosen)
@@ -152,7 +150,7 @@ def misses_page(request: Request, state: State, caller: PageCaller) -> Response:
 
 
 @router.get("/misses/{event_id}", response_class=HTMLResponse)
-def miss_page(event_id: str, request: Request, state: State, caller: PageCaller) -> Response:
+def miss_page(event_id: str, request: Request, state: StateDep, caller: PageCaller) -> Response:
     chosen = _filter(request)
     with session_scope(state.runtime.engine) as session:
         event = event_store.find_event(session, caller.tenant, event_id)
@@ -196,7 +194,7 @@ def _not_found(request: Request, event_id: str) -> Response:
 
 
 @router.get("/login", response_class=HTMLResponse)
-def login_form(request: Request, state: State) -> Response:
+def login_form(request: Request, state: StateDep) -> Response:
     target = safe_next(request.query_params.get("next"))
     if not state.runtime.settings.auth_required:
         return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
@@ -204,7 +202,7 @@ def login_form(request: Request, state: State) -> Response:
 
 
 @router.post("/login", response_class=HTMLResponse)
-async def login(request: Request, state: State) -> Response:
+async def login(request: Request, state: StateDep) -> Response:
     """Check the key and keep it in an HttpOnly cookie the browser sends back to this site only."""
     if cross_site(request):
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail="cross-site request refused")

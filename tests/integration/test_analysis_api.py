@@ -561,7 +561,7 @@ def test_calibration_gauges_export_the_judge_against_gold(world: World) -> None:
     assert 0 < kappa < 1
 
     cached = CachedCalibrationGauges(engine, ttl_seconds=3600)
-    first = cached()
+    first = list(cached.collect())
     assert [f.name for f in first] == [f.name for f in families]
     with session_scope(engine) as session:
         later = calibration_gauges(session, now=NOW + timedelta(days=3))
@@ -571,7 +571,7 @@ def test_calibration_gauges_export_the_judge_against_gold(world: World) -> None:
 
 def test_cached_gauges_survive_an_unreadable_database(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'not-migrated.db'}")
-    assert CachedCalibrationGauges(engine)() == []
+    assert list(CachedCalibrationGauges(engine).collect()) == []
     engine.dispose()
 
 

@@ -220,7 +220,7 @@ def test_budget_gauges_report_what_is_left_per_app_and_capped_window(redis_url: 
     budget.settle(held, 400, 0)
     samples = {
         (s.labels["app"], s.labels["window"]): s.value
-        for family in BudgetGauges(redis.Redis.from_url(redis_url), settings)()
+        for family in BudgetGauges(redis.Redis.from_url(redis_url), settings).collect()
         for s in family.samples
     }
     assert samples == {

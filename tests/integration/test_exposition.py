@@ -24,7 +24,7 @@ from prometheus_client.utils import floatToGoString
 
 from service.settings import Settings
 from service.telemetry.aggregates import HASH_KEY, Aggregates, Delta
-from service.telemetry.exporter import MetricsPage, PipelineState
+from service.telemetry.exporter import MetricsPage, PipelineGauges, PipelineState
 from service.telemetry.exposition import (
     CONTENT_TYPE,
     HistogramLayout,
@@ -159,7 +159,7 @@ def test_the_page_is_what_prometheus_client_renders_for_the_same_aggregates(
     redis_url: str,
 ) -> None:
     aggregates = Aggregates(redis.Redis.from_url(redis_url))
-    page = MetricsPage(aggregates, lambda: STATE, extra=extra_families)
+    page = MetricsPage(aggregates, [PipelineGauges(lambda: STATE), _Families(extra_families())])
     # Twice, so the second scrape reads new series and grown values through the parse cache.
     for round_ in range(2):
         aggregates.force_add(every_family_delta(round_))
@@ -188,7 +188,7 @@ def test_fields_the_page_cannot_place_are_left_out(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     aggregates = Aggregates(client)
     aggregates.force_add(every_family_delta(0))
-    page = MetricsPage(aggregates, lambda: STATE)
+    page = MetricsPage(aggregates, [PipelineGauges(lambda: STATE)])
     clean = page.render()
     client.hset(
         HASH_KEY,
@@ -201,12 +201,12 @@ def test_fields_the_page_cannot_place_are_left_out(redis_url: str) -> None:
         },
     )
     assert page.render() == clean
-    assert MetricsPage(aggregates, lambda: STATE).render() == clean
+    assert MetricsPage(aggregates, [PipelineGauges(lambda: STATE)]).render() == clean
 
 
 def test_a_cleared_hash_leaves_no_series_behind(redis_url: str) -> None:
     aggregates = Aggregates(redis.Redis.from_url(redis_url))
-    page = MetricsPage(aggregates, lambda: STATE)
+    page = MetricsPage(aggregates, [PipelineGauges(lambda: STATE)])
     aggregates.force_add(every_family_delta(0))
     page.render()
     aggregates.clear()

@@ -20,7 +20,6 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, inspect, update
 
-from service import ui
 from service.api.app import create_app
 from service.api.keys import key_hash, new_key
 from service.measures.formulas import EventLabels, compute_measures
@@ -33,6 +32,7 @@ from service.store.keys import add_key
 from service.store.migrate import alembic_config, upgrade
 from service.store.models import Event, Passage
 from service.ui.auth import COOKIE_NAME, UI_HEADER, UI_HEADER_VALUE, safe_next
+from service.ui.routes import router as ui_router
 from tests.conftest import make_settings
 from tests.helpers import make_event
 from tests.paths import REPO_ROOT
@@ -44,7 +44,7 @@ def ui_app(settings: Settings) -> FastAPI:
     """The service's app with the pages, whether or not create_app already includes them."""
     app = create_app(settings)
     if not any(getattr(route, "path", "").startswith("/ui") for route in app.routes):
-        app.include_router(ui.router)
+        app.include_router(ui_router)
     return app
 
 

@@ -87,3 +87,40 @@ def test_service_never_imports_workers() -> None:
         if module.split(".")[0] == "workers"
     ]
     assert not wrong, wrong
+
+
+def _calls(path: Path) -> list[ast.Call]:
+    return [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)]
+
+
+def _called_name(call: ast.Call) -> str | None:
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    return call.func.attr if isinstance(call.func, ast.Attribute) else None
+
+
+def test_route_dependencies_are_declared_once() -> None:
+    """Routes take the aliases of ``service/api/deps.py``; no other module calls ``Depends``."""
+    deps = SERVICE / "api" / "deps.py"
+    assert any(_called_name(call) == "Depends" for call in _calls(deps))
+    wrong = [
+        f"{path.relative_to(ROOT)}:{call.lineno}"
+        for path in SERVICE.rglob("*.py")
+        if path != deps
+        for call in _calls(path)
+        if _called_name(call) == "Depends"
+    ]
+    assert not wrong, wrong
+
+
+def test_rejected_events_are_counted_in_one_place() -> None:
+    counting = {
+        str(path.relative_to(ROOT))
+        for path in [*SERVICE.rglob("*.py"), *(ROOT / "workers").rglob("*.py")]
+        for call in _calls(path)
+        if _called_name(call) == "inc"
+        and call.args
+        and isinstance(call.args[0], ast.Constant)
+        and call.args[0].value == "events_rejected"
+    }
+    assert counting == {"service/ingest/counts.py"}

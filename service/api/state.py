@@ -1,0 +1,65 @@
+"""The application's long-lived parts, built once per app and reached from every request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from fastapi import Request
+
+from service.analysis.gauges import CachedCalibrationGauges
+from service.api.keys import KeyStore
+from service.ingest.accept import Ingestor
+from service.ingest.dispatch import GatheringSender
+from service.ingest.group_commit import GroupCommitter
+from service.runtime import Runtime
+from service.spend.budget import BudgetGauges
+from service.telemetry.exporter import MetricsPage, PipelineGauges
+from service.telemetry.pipeline import read_pipeline_state
+from service.telemetry.rebuild import rebuild_if_lost
+
+
+@dataclass
+class AppState:
+    runtime: Runtime
+    ingestor: Ingestor
+    metrics_page: MetricsPage
+    committer: GroupCommitter  # the single-event path's writer; started and drained by the app
+    keys: KeyStore
+
+    @classmethod
+    def build(cls, runtime: Runtime) -> AppState:
+        sender = GatheringSender(
+            runtime.settings.redis_url,
+            runtime.settings.queue_name,
+            runtime.settings.judge_slice_events,
+            runtime.settings.judge_gather_seconds,
+        )
+        metrics_page = MetricsPage(
+            runtime.aggregates,
+            collectors=(
+                PipelineGauges(partial(read_pipeline_state, runtime)),
+                CachedCalibrationGauges(runtime.engine),
+                BudgetGauges(runtime.redis, runtime.settings),
+            ),
+            before_scrape=partial(rebuild_if_lost, runtime),
+        )
+        ingestor = Ingestor(runtime, sender)
+        group = runtime.settings.max_batch_events
+        # PostgreSQL takes concurrent writers, so a second one stores a group while the first
+        # waits on the server; SQLite has one write lock, which a second writer would only wait
+        # for (its busy handler sleeps between retries).
+        writers = 1 if runtime.engine.dialect.name == "sqlite" else 2
+        return cls(
+            runtime=runtime,
+            ingestor=ingestor,
+            # A group is at most a batch; one more group may wait while one is being stored.
+            committer=GroupCommitter(ingestor.ingest, group, capacity=group, writers=writers),
+            metrics_page=metrics_page,
+            keys=KeyStore(runtime.engine),
+        )
+
+
+def app_state(request: Request) -> AppState:
+    state: AppState = request.app.state.rm
+    return state
