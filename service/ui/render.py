@@ -14,24 +14,12 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 
+from service.measures.catalogue import MEASURES
 from service.store.models import MissCauseKind
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
-MEASURE_TITLES: dict[str, str] = {
-    "precision": "Precision",
-    "hit": "Hit",
-    "rr": "RR",
-    "ndcg": "nDCG",
-    "t": "T",
-    "t_u": "T_u",
-    "f_e": "F_e",
-    "context_relevance": "Context relevance",
-    "k_over_np_est": "K/N^_p",
-    "recall": "Recall (gold)",
-    "f": "F (gold)",
-    "ndcg_gold": "nDCG (gold)",
-}
+MEASURE_TITLES: dict[str, str] = {m.name: m.short_title for m in MEASURES}
 GRADE_TITLES = {0: "irrelevant", 1: "related", 2: "highly relevant", 3: "perfectly relevant"}
 CONTEXT_TITLES = {0: "does not answer", 1: "partly answers", 2: "fully answers"}
 
