@@ -1,6 +1,7 @@
 """Templates and the small formatting helpers they use.
 
-Autoescaping is on for every template: queries and passages are untrusted text.
+Autoescaping is on for every template: queries and passages are untrusted text. An undefined
+name fails the render rather than showing as a blank.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup, escape
 
-from service.measures.catalogue import MEASURES
+from service.measures.catalogue import MEASURES, NARROW_LEAD
 from service.store.models import MissCauseKind
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -102,6 +103,8 @@ def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(TEMPLATES),
         autoescape=select_autoescape(["html"]),
+        # A name the template uses but nobody passed is an error, not a silent blank on the page.
+        undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
@@ -115,6 +118,7 @@ def _environment() -> Environment:
     )
     env.globals.update(
         MEASURE_TITLES=MEASURE_TITLES,
+        NARROW_LEAD=NARROW_LEAD,
         GRADE_TITLES=GRADE_TITLES,
         CONTEXT_TITLES=CONTEXT_TITLES,
         MISS_CAUSE_TITLES=MISS_CAUSE_TITLES,
