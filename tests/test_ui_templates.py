@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from jinja2 import UndefinedError
+from markupsafe import escape
 from sqlalchemy import Engine
 
+from service.measures.catalogue import BY_NAME, LISTED
 from service.settings import Settings
 from service.store.engine import make_engine
 from service.ui import pages
@@ -141,15 +143,17 @@ def test_every_page_renders_on_an_empty_store(tour: Tour) -> None:
     assert set(tour.rendered) == PAGE_TEMPLATES - {"event.html", "miss.html"}
 
 
-def test_every_page_renders_with_every_kind_of_event(
-    tour: Tour, engine: Engine, key: str
-) -> None:
+def test_every_page_renders_with_every_kind_of_event(tour: Tour, engine: Engine, key: str) -> None:
     seed(tour.client, engine, key)
     visit_every_page(tour, [JUDGED, CLASSIFIED_MISS, UNCLASSIFIED_MISS, PENDING])
     assert set(tour.rendered) == PAGE_TEMPLATES
 
-    listed = re.findall(r'<tr data-event-id="([^"]+)"', tour.page("/ui/events"))
+    events = tour.page("/ui/events")
+    listed = re.findall(r'<tr data-event-id="([^"]+)"', events)
     assert sorted(listed) == sorted([JUDGED, CLASSIFIED_MISS, UNCLASSIFIED_MISS, PENDING])
+    # The list's measure columns are the catalogue's listed measures, by their short titles.
+    headers = re.findall(r'<th scope="col" class="num">([^<]*)</th>', events)
+    assert headers == [escape(BY_NAME[name].short_title) for name in LISTED]
     judged = tour.page(f"/ui/events/{JUDGED}")
     assert "It boils at 100 C." in judged
     assert "4 of 5" in judged
