@@ -104,12 +104,16 @@ def test_only_the_measures_declared_as_using_alpha_move_with_it() -> None:
 
 
 def test_missing_labels_void_exactly_the_measures_read_from_them() -> None:
-    gold = {"context_rating": 2, "gold_relevant": [True, False], "n_gold": 1}
-    missing_in_top = compute_measures(EventLabels(grades=[3, None, 2, 2], k=2, **gold), 0.5)
+    def with_gold(grades: list[int | None]) -> EventLabels:
+        return EventLabels(
+            grades=grades, k=2, context_rating=2, gold_relevant=[True, False], n_gold=1
+        )
+
+    missing_in_top = compute_measures(with_gold([3, None, 2, 2]), 0.5)
     assert {n for n in MEASURE_NAMES if missing_in_top[n] is None} == {
         m.name for m in MEASURES if m.from_judge_labels
     }
-    missing_in_window = compute_measures(EventLabels(grades=[3, 0, None, 2], k=2, **gold), 0.5)
+    missing_in_window = compute_measures(with_gold([3, 0, None, 2]), 0.5)
     assert {n for n in MEASURE_NAMES if missing_in_window[n] is None} == set(
         catalogue.WINDOW_MEASURES
     )

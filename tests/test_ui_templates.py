@@ -7,7 +7,7 @@ The pages are read as a logged-in tenant (auth on), so the login form is one of 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ from service.measures.catalogue import BY_NAME, LISTED
 from service.settings import Settings
 from service.store.engine import make_engine
 from service.ui import pages
-from service.ui.render import ENVIRONMENT, TEMPLATES
+from service.ui.render import ENVIRONMENT, TEMPLATES, render
 from tests.conftest import make_settings
 from tests.helpers import judge, make_event, make_key, ui_app
 
@@ -69,12 +69,12 @@ def key(settings: Settings) -> str:
 @pytest.fixture
 def tour(settings: Settings, key: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tour]:
     rendered: list[str] = []
-    real_render: Callable[..., str] = pages.render
 
     def noting_render(template: str, **context: object) -> str:
         rendered.append(template)
-        return real_render(template, **context)
+        return render(template, **context)
 
+    # The pages draw through the real renderer; the test only notes which template drew each.
     monkeypatch.setattr(pages, "render", noting_render)
     with TestClient(ui_app(settings)) as client:
         login_form = client.get("/ui/login?next=/ui")
