@@ -45,12 +45,13 @@ def test_each_measure_is_declared_once_with_a_consistent_declaration() -> None:
         assert m.title
         assert m.short_title
         assert list(m.buckets) == sorted(set(m.buckets)), f"{m.name}: buckets rise strictly"
-        if m.low is not None:
-            assert m.buckets[-1] > m.low, m.name
-        if m.high is not None:
-            assert m.buckets[-1] <= m.high, f"{m.name}: no bucket above its range"
-        # A measure that can be negative cannot be compared with its baseline as a ratio.
-        assert m.signed == (m.low is None or m.low < 0)
+        # A measure that can go negative has buckets for it, and only such a measure has.
+        assert m.signed == (m.buckets[0] < 0), m.name
+        low, high = m.value_range
+        if low is not None:
+            assert m.buckets[0] >= low, f"{m.name}: no bucket below its range"
+        if high is not None:
+            assert m.buckets[-1] <= high, f"{m.name}: no bucket above its range"
 
 
 def test_the_scores_table_has_a_column_for_each_measure_and_no_other_measure() -> None:

@@ -34,7 +34,14 @@ T_BUCKETS: tuple[float, ...] = (
 RATIO_BUCKETS: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0)
 
 
-@dataclass(frozen=True)
+Range = tuple[float | None, float | None]
+"""The lowest and highest value one event can have; ``None`` where it grows with K."""
+UNIT: Range = (0.0, 1.0)
+NON_NEGATIVE: Range = (0.0, None)
+UNBOUNDED: Range = (None, None)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Measure:
     name: str
     """The key in the public ``measures`` map, the ``scores`` column and the metric suffix."""
@@ -43,11 +50,9 @@ class Measure:
     short_title: str
     """How the pages name it (table headers, chart labels, the measure filter)."""
     source: Source
+    value_range: Range
     buckets: tuple[float, ...]
     """Upper bounds of its exported histogram's buckets."""
-    low: float | None
-    high: float | None
-    """The range of one event's value; ``None`` where it is unbounded (it grows with K)."""
     uses_alpha: bool = False
     """Computed at the configured alpha (reported beside it); the analysis looks for its best."""
     correlation_rank: int | None = None
@@ -70,113 +75,133 @@ class Measure:
     @property
     def signed(self) -> bool:
         """It can be negative: no ratio to a baseline, and its histogram ``_sum`` can decrease."""
-        return self.low is None or self.low < 0
+        low = self.value_range[0]
+        return low is None or low < 0
 
     @property
     def unit_interval(self) -> bool:
         """Bounded to [0, 1], so charts can use a fixed axis; the others get a free one."""
-        return (self.low, self.high) == (0.0, 1.0)
+        return self.value_range == UNIT
 
 
 MEASURES: tuple[Measure, ...] = (
     Measure(
-        "precision",
-        "Precision@K",
-        "Precision",
-        "top_k",
-        UNIT_BUCKETS,
-        0.0,
-        1.0,
+        name="precision",
+        title="Precision@K",
+        short_title="Precision",
+        source="top_k",
+        value_range=UNIT,
+        buckets=UNIT_BUCKETS,
         correlation_rank=3,
         compared=True,
         listed=True,
     ),
-    Measure("hit", "Hit@K", "Hit", "top_k", (0.5, 1.0), 0.0, 1.0),
-    Measure("rr", "Reciprocal rank", "RR", "top_k", (0.1, 0.2, 0.25, 1 / 3, 0.5, 1.0), 0.0, 1.0),
     Measure(
-        "ndcg",
-        "nDCG@K",
-        "nDCG",
-        "top_k",
-        UNIT_BUCKETS,
-        0.0,
-        1.0,
+        name="hit",
+        title="Hit@K",
+        short_title="Hit",
+        source="top_k",
+        value_range=UNIT,
+        buckets=(0.5, 1.0),
+    ),
+    Measure(
+        name="rr",
+        title="Reciprocal rank",
+        short_title="RR",
+        source="top_k",
+        value_range=UNIT,
+        buckets=(0.1, 0.2, 0.25, 1 / 3, 0.5, 1.0),
+    ),
+    Measure(
+        name="ndcg",
+        title="nDCG@K",
+        short_title="nDCG",
+        source="top_k",
+        value_range=UNIT,
+        buckets=UNIT_BUCKETS,
         correlation_rank=2,
         compared=True,
         listed=True,
     ),
     Measure(
-        "t",
-        "T (alpha)",
-        "T",
-        "top_k",
-        T_BUCKETS,
-        None,
-        None,
+        name="t",
+        title="T (alpha)",
+        short_title="T",
+        source="top_k",
+        value_range=UNBOUNDED,
+        buckets=T_BUCKETS,
         uses_alpha=True,
         correlation_rank=0,
         compared=True,
         listed=True,
     ),
     Measure(
-        "t_u",
-        "T_u (alpha)",
-        "T_u",
-        "top_k",
-        T_BUCKETS,
-        None,
-        None,
+        name="t_u",
+        title="T_u (alpha)",
+        short_title="T_u",
+        source="top_k",
+        value_range=UNBOUNDED,
+        buckets=T_BUCKETS,
         uses_alpha=True,
         correlation_rank=1,
     ),
     Measure(
-        "f_e",
-        "F_e (estimated N_p)",
-        "F_e",
-        "window",
-        UNIT_BUCKETS,
-        0.0,
-        1.0,
+        name="f_e",
+        title="F_e (estimated N_p)",
+        short_title="F_e",
+        source="window",
+        value_range=UNIT,
+        buckets=UNIT_BUCKETS,
         uses_alpha=True,
         correlation_rank=4,
         compared=True,
         listed=True,
     ),
     Measure(
-        "context_relevance",
-        "Context relevance (judge's rating)",
-        "Context relevance",
-        "context",
-        (0.0, 0.5, 1.0),
-        0.0,
-        1.0,
+        name="context_relevance",
+        title="Context relevance (judge's rating)",
+        short_title="Context relevance",
+        source="context",
+        value_range=UNIT,
+        buckets=(0.0, 0.5, 1.0),
         correlation_rank=5,
         compared=True,
         listed=True,
     ),
-    Measure("k_over_np_est", "K / estimated N_p", "K/N^_p", "window", RATIO_BUCKETS, 0.0, None),
     Measure(
-        "recall", "Recall@K (gold)", "Recall (gold)", "gold", UNIT_BUCKETS, 0.0, 1.0, listed=True
+        name="k_over_np_est",
+        title="K / estimated N_p",
+        short_title="K/N^_p",
+        source="window",
+        value_range=NON_NEGATIVE,
+        buckets=RATIO_BUCKETS,
     ),
     Measure(
-        "f",
-        "F (gold)",
-        "F (gold)",
-        "gold",
-        UNIT_BUCKETS,
-        0.0,
-        1.0,
+        name="recall",
+        title="Recall@K (gold)",
+        short_title="Recall (gold)",
+        source="gold",
+        value_range=UNIT,
+        buckets=UNIT_BUCKETS,
+        listed=True,
+    ),
+    Measure(
+        name="f",
+        title="F (gold)",
+        short_title="F (gold)",
+        source="gold",
+        value_range=UNIT,
+        buckets=UNIT_BUCKETS,
         uses_alpha=True,
         correlation_rank=6,
     ),
     Measure(
-        "ndcg_gold",
-        "nDCG@K (gold, trec_eval's definition)",
-        "nDCG (gold)",
-        "gold",
-        UNIT_BUCKETS,
-        0.0,
-        1.0,
+        name="ndcg_gold",
+        title="nDCG@K (gold, trec_eval's definition)",
+        short_title="nDCG (gold)",
+        source="gold",
+        value_range=UNIT,
+        buckets=UNIT_BUCKETS,
     ),
 )
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-# Which measures each part of the computation fills, and voids when its labels are missing.
+# The names, grouped by what each measure reads: a part of the computation voids its group when
+# its labels are missing.
 from service.measures.catalogue import (
     GOLD_MEASURES,
     MEASURE_NAMES,
