@@ -13,16 +13,13 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from service.telemetry.metrics import MEASURE_BUCKETS
+from service.measures.catalogue import BY_NAME, MEASURE_NAMES
 
 CONFIG_PATH = Path(__file__).resolve().parent / "alerting.yaml"
 
 _DURATION = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
 _PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-# Measures whose per-event value can be negative (T and T_u): no ratio to a baseline, and their
-# histogram _sum can decrease.
-SIGNED_MEASURES = frozenset({"t", "t_u"})
 
 
 def seconds(duration: str) -> float:
@@ -64,9 +61,9 @@ class QualityCollapse(AlertSettings):
 
     @model_validator(mode="after")
     def _known_measure(self) -> QualityCollapse:
-        if self.measure not in MEASURE_BUCKETS:
-            raise ValueError(f"unknown measure {self.measure!r}; one of {sorted(MEASURE_BUCKETS)}")
-        if self.measure in SIGNED_MEASURES:
+        if self.measure not in BY_NAME:
+            raise ValueError(f"unknown measure {self.measure!r}; one of {sorted(MEASURE_NAMES)}")
+        if BY_NAME[self.measure].signed:
             raise ValueError(
                 f"{self.measure} can be negative: a ratio to its baseline means nothing"
             )

@@ -12,7 +12,7 @@ from typing import Any
 
 from deploy import rules as r
 from deploy.config import MonitoringConfig, seconds
-from service.telemetry.metrics import MEASURE_BUCKETS
+from service.measures.catalogue import BY_NAME, MEASURES
 
 SCHEMA_VERSION = 39
 TAG = "retrieval-monitor"
@@ -20,24 +20,12 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 NS = r.NS
 WIDTH = 24
 
-MEASURE_TITLES = {
-    "precision": "Precision@K",
-    "hit": "Hit@K",
-    "rr": "Reciprocal rank",
-    "ndcg": "nDCG@K",
-    "t": "T (alpha)",
-    "t_u": "T_u (alpha)",
-    "f_e": "F_e (estimated N_p)",
-    "context_relevance": "Context relevance (judge's rating)",
-    "k_over_np_est": "K / estimated N_p",
-    "recall": "Recall@K (gold)",
-    "f": "F (gold)",
-    "ndcg_gold": "nDCG@K (gold, trec_eval's definition)",
-}
-# Measures bounded to [0, 1]; the rest get a free axis.
-UNIT_RANGE = frozenset(MEASURE_BUCKETS) - {"t", "t_u", "k_over_np_est"}
-
 SERIES_LEGEND = "{{app}} / {{retriever}} {{environment}} ({{judge}} {{prompt_version}})"
+
+
+def _measure_axis(measure: str) -> tuple[float | None, float | None]:
+    """[0, 1] for a measure bounded to it; a free axis for the rest."""
+    return (0, 1) if BY_NAME[measure].unit_interval else (None, None)
 
 
 def _target(expr: str, legend: str, ref: str) -> dict[str, Any]:
@@ -363,7 +351,7 @@ def overview(config: MonitoringConfig) -> dict[str, Any]:
     q = Queries(config)
     collapse = config.alerts.quality_collapse
     lead = collapse.measure
-    lead_title = MEASURE_TITLES[lead]
+    lead_title = BY_NAME[lead].title
     ev = q.events
     board = Board()
     board.row(f"Lead measure: {lead_title}")
@@ -378,7 +366,7 @@ def overview(config: MonitoringConfig) -> dict[str, Any]:
             (f"{r.measure_mean(lead, r.BASELINE)}{ev}", f"{SERIES_LEGEND} baseline"),
         ],
         unit="none",
-        bounds=(0, 1) if lead in UNIT_RANGE else (None, None),
+        bounds=_measure_axis(lead),
         width=16,
     )
     board.stat(
@@ -425,16 +413,16 @@ def overview(config: MonitoringConfig) -> dict[str, Any]:
     )
 
     board.row("All measures (mean per event)")
-    for measure in MEASURE_BUCKETS:
+    for measure in MEASURES:
         board.timeseries(
-            MEASURE_TITLES[measure],
-            f"Mean {measure} per scored event over the short and long windows.",
+            measure.title,
+            f"Mean {measure.name} per scored event over the short and long windows.",
             [
-                (f"{r.measure_mean(measure, 'short')}{ev}", f"{SERIES_LEGEND} short"),
-                (f"{r.measure_mean(measure, 'long')}{ev}", f"{SERIES_LEGEND} long"),
+                (f"{r.measure_mean(measure.name, 'short')}{ev}", f"{SERIES_LEGEND} short"),
+                (f"{r.measure_mean(measure.name, 'long')}{ev}", f"{SERIES_LEGEND} long"),
             ],
             unit="none",
-            bounds=(0, 1) if measure in UNIT_RANGE else (None, None),
+            bounds=_measure_axis(measure.name),
             width=6,
             height=7,
         )
@@ -594,12 +582,12 @@ def judge(config: MonitoringConfig) -> dict[str, Any]:
     )
     lead = a.quality_collapse.measure
     board.timeseries(
-        f"{MEASURE_TITLES[lead]} by judge and prompt version",
+        f"{BY_NAME[lead].title} by judge and prompt version",
         "The lead measure for the selected apps, split by judge and prompt version: a judge "
         "change shows as new series, not as a retrieval change.",
         [(f"{r.measure_mean(lead, 'short')}{q.events}", SERIES_LEGEND)],
         unit="none",
-        bounds=(0, 1) if lead in UNIT_RANGE else (None, None),
+        bounds=_measure_axis(lead),
     )
     return _dashboard(
         config,

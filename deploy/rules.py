@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from deploy.config import SIGNED_MEASURES, MonitoringConfig, seconds
-from service.telemetry.metrics import MEASURE_BUCKETS
+from deploy.config import MonitoringConfig, seconds
+from service.measures.catalogue import BY_NAME, MEASURE_NAMES
 
 NS = "retrieval_monitor"
 ROLES = ("short", "long")
@@ -115,7 +115,7 @@ def _record(name: str, expr: str) -> dict[str, Any]:
 
 def _mean(q: Promql, measure: str, window: str, offset: str = "") -> str:
     metric = f"{NS}_measure_{measure}"
-    if measure in SIGNED_MEASURES:
+    if BY_NAME[measure].signed:
         # rate() reads every decrease as a counter reset, and the _sum of a measure that goes
         # negative decreases. delta() takes the sum as it is; a real reset makes the count's
         # delta negative, and "> 0" then drops the windows that straddle it.
@@ -140,7 +140,7 @@ def measure_rules(q: Promql) -> list[dict[str, Any]]:
     short = q.window("short")
     rules = [
         _record(measure_mean(measure, role), _mean(q, measure, q.window(role)))
-        for measure in MEASURE_BUCKETS
+        for measure in MEASURE_NAMES
         for role in ROLES
     ]
     lead = collapse.measure

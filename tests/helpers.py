@@ -1,17 +1,28 @@
-"""Event builders shared by the tests."""
+"""Event builders, and the judging and keys the page tests need, shared by the tests."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+from fastapi import FastAPI
+from sqlalchemy import Engine
+
+from service.api.app import create_app
+from service.api.keys import key_hash, new_key
+from service.measures.formulas import EventLabels, compute_measures
 from service.runtime import Runtime
 from service.schemas import EventIn
 from service.settings import Settings
-from service.store.engine import session_scope
+from service.store import events as event_store
+from service.store import judging as judging_store
+from service.store.engine import make_engine, session_scope
 from service.store.events import insert_events, utcnow
+from service.store.keys import add_key
 from service.store.migrate import upgrade
+from service.ui.routes import router as ui_router
 
 
 def make_event(
@@ -62,3 +73,68 @@ def store_event(
         session.commit()
     assert inserted.pk is not None
     return runtime, inserted.pk
+
+
+def ui_app(settings: Settings) -> FastAPI:
+    """The service's app with the pages, whether or not create_app already includes them."""
+    app = create_app(settings)
+    if not any(getattr(route, "path", "").startswith("/ui") for route in app.routes):
+        app.include_router(ui_router)
+    return app
+
+
+def judge(
+    engine: Engine,
+    event_id: str,
+    grades: Sequence[int],
+    *,
+    context: int | None = 2,
+    tenant: str = "default",
+    judge_name: str = "test-judge",
+    prompt_version: str = "v1",
+) -> dict[str, float | None]:
+    """Store a judging of the event with these grades, as a worker would."""
+    with session_scope(engine) as session:
+        found = event_store.find_event(session, tenant, event_id)
+        assert found is not None
+        assert found.id is not None
+        event = judging_store.load_for_judging(session, found.id)
+        assert event is not None
+        gold = set(event.gold_passage_ids or [])
+        labels = EventLabels(
+            grades=list(grades),
+            k=event.k,
+            context_rating=context,
+            gold_relevant=[p.passage_id in gold for p in event.passages] if gold else None,
+            n_gold=len(gold) if gold else None,
+        )
+        measures = compute_measures(labels, 0.5)
+        result = judging_store.JudgingResult(
+            grades=list(grades),
+            from_cache=[False] * len(grades),
+            context_rating=context,
+            calls=1,
+            prompt_tokens=10,
+            completion_tokens=5,
+            malformed_replies=0,
+            new_cache_entries={},
+            query_hash=event_store.text_hash(event.query),
+            measures=measures,
+            np_window=int(measures["np_window"] or 0),
+            alpha=0.5,
+            threshold=2,
+        )
+        who = judging_store.JudgeIdentity(judge_name, "test-model", prompt_version)
+        assert judging_store.store_judging(session, event, who, result)
+        session.commit()
+    return measures
+
+
+def make_key(settings: Settings, tenant: str) -> str:
+    key = new_key()
+    engine = make_engine(settings.database_url)
+    with session_scope(engine) as session:
+        add_key(session, tenant, key_hash(key), "ui test", False, datetime.now(UTC))
+        session.commit()
+    engine.dispose()
+    return key

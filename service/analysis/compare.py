@@ -19,8 +19,8 @@ from service.analysis import stats
 from service.analysis.correlation import JudgedTraffic
 from service.analysis.gold import GoldEvent, ceiling_and_conversion, predicted_accuracy
 from service.analysis.stats import DifferenceTest, Estimate
+from service.measures.catalogue import COMPARED
 
-JUDGE_MEASURES: tuple[str, ...] = ("precision", "ndcg", "t", "f_e", "context_relevance")
 MIN_PAIRS = 10
 
 
@@ -157,7 +157,7 @@ def compare_judged(
         return []
     measures_a, measures_b = a.measures(alpha), b.measures(alpha)
     out: list[ComparedQuantity] = []
-    for name in JUDGE_MEASURES:
+    for name in COMPARED:
         values_a, values_b = measures_a[name], measures_b[name]
         if np.isnan(values_a).all() or np.isnan(values_b).all():
             continue

@@ -19,13 +19,12 @@ from numpy.typing import NDArray
 
 from service.analysis import stats
 from service.analysis.stats import Estimate, FloatArray, IntArray
+from service.measures.catalogue import ALPHA_MEASURES, BY_NAME, CORRELATED, NARROW_LEAD, WIDE_LEAD
 from service.measures.formulas import compute_batch
 
 ALPHA_GRID: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(21))
-ALPHA_MEASURES: tuple[str, ...] = ("t", "t_u", "f_e", "f")
-CORRELATED: tuple[str, ...] = ("t", "t_u", "ndcg", "precision", "f_e", "context_relevance", "f")
 # What a dashboard can show on traffic without gold labels.
-REFERENCE_FREE: tuple[str, ...] = tuple(m for m in CORRELATED if m != "f")
+REFERENCE_FREE: tuple[str, ...] = tuple(m for m in CORRELATED if not BY_NAME[m].needs_gold)
 REGIMES: tuple[str, ...] = ("narrow", "wide", "all")
 PLATEAU_TOLERANCE = 0.01
 TIE = 1e-9
@@ -329,7 +328,7 @@ HIGH_RATIO = 2.0
 
 def paper_expects(distribution: RegimeDistribution) -> str:
     median = distribution.median_ratio
-    return "ndcg" if not math.isnan(median) and median >= HIGH_RATIO else "t"
+    return WIDE_LEAD if not math.isnan(median) and median >= HIGH_RATIO else NARROW_LEAD
 
 
 def _margin(

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from service.analysis.correlation import ALPHA_MEASURES, CORRELATED, REGIMES, CorrelationReport
+from service.analysis.correlation import REGIMES, CorrelationReport
 from service.analysis.gold import GoldReport
 from service.analysis.stats import Estimate
+from service.measures.catalogue import ALPHA_MEASURES, CORRELATED
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -18,7 +18,6 @@ import numpy as np
 from service.analysis.calibration import JudgeCalibration
 from service.analysis.compare import ComparedQuantity, ComparisonReport
 from service.analysis.correlation import (
-    CORRELATED,
     REGIMES,
     CorrelationReport,
     MeasureCorrelation,
@@ -26,6 +25,7 @@ from service.analysis.correlation import (
 )
 from service.analysis.gold import GoldReport
 from service.analysis.stats import DifferenceTest, Estimate
+from service.measures.catalogue import CORRELATED
 from service.store.analysis import JudgeCount
 
 

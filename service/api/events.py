@@ -11,6 +11,7 @@ from service.api.keys import Principal
 from service.api.state import AppState
 from service.ingest.accept import Rejection, validate
 from service.ingest.group_commit import NotStoredError
+from service.measures.catalogue import MEASURE_NAMES
 from service.schemas import (
     ERROR_RESPONSES,
     BatchIn,
@@ -158,8 +159,6 @@ def _view(stored: event_store.StoredEvent) -> EventView:
         )
     measures: dict[str, float | None] = {}
     if score is not None:
-        from service.measures.formulas import MEASURE_NAMES
-
         measures = {name: getattr(score, name) for name in MEASURE_NAMES}
         measures["alpha"] = score.alpha
     return EventView(

@@ -1,7 +1,8 @@
 """Retrieval measures of one judged retrieval, and of many at once.
 
-Pure arithmetic on plain numbers and numpy arrays. Nothing from the rest of the project is imported,
-so the formulas can be checked on their own against trec_eval's test outputs and pytrec_eval.
+Pure arithmetic on plain numbers and numpy arrays. Nothing from the rest of the project is imported
+but the names of the measures (``catalogue``, plain data), so the formulas can be checked on their
+own against trec_eval's test outputs and pytrec_eval.
 
 Notation (paper "How important is Recall for Measuring Retrieval Quality?"): the prompt carries
 the top ``K`` passages; ``n_p`` of them are relevant and ``n_n = K - n_p`` are not; ``N_p`` is the
@@ -23,24 +24,14 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-MEASURE_NAMES: tuple[str, ...] = (
-    "precision",
-    "hit",
-    "rr",
-    "ndcg",
-    "t",
-    "t_u",
-    "f_e",
-    "context_relevance",
-    "k_over_np_est",
-    "recall",
-    "f",
-    "ndcg_gold",
+# The names, grouped by what each measure reads: a part of the computation voids its group when
+# its labels are missing.
+from service.measures.catalogue import (
+    GOLD_MEASURES,
+    MEASURE_NAMES,
+    TOP_K_MEASURES,
+    WINDOW_MEASURES,
 )
-JUDGE_MEASURES: tuple[str, ...] = ("precision", "hit", "rr", "ndcg", "t", "t_u")
-WINDOW_MEASURES: tuple[str, ...] = ("f_e", "k_over_np_est")
-GOLD_MEASURES: tuple[str, ...] = ("recall", "f", "ndcg_gold")
-EXTRA_KEYS: tuple[str, ...] = ("alpha", "np_window")
 
 GRADE_MAX = 3
 CONTEXT_RATING_MAX = 2
@@ -386,7 +377,7 @@ def compute_batch(
     }
     top_missing = (missing & in_top).any(axis=1)
     window_missing = (missing & in_window).any(axis=1) | top_missing
-    for name in JUDGE_MEASURES:
+    for name in TOP_K_MEASURES:
         out[name] = np.where(top_missing, np.nan, out[name])
     for name in WINDOW_MEASURES:
         out[name] = np.where(window_missing, np.nan, out[name])

@@ -12,6 +12,7 @@ from sqlalchemy import select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col
 
+from service.measures.catalogue import MEASURE_NAMES
 from service.store.events import as_utc, utcnow
 from service.store.lookups import lookup_each, unnest_keys
 from service.store.models import (
@@ -242,15 +243,7 @@ class _JudgingRows:
 
 # Rows are built as plain dicts: a slice writes hundreds of them, and constructing ORM objects
 # (attribute instrumentation on every field) cost more than the inserts themselves.
-_SCORE_MEASURES = frozenset(Score.model_fields) - {
-    "id",
-    "event_pk",
-    "judge",
-    "prompt_version",
-    "alpha",
-    "np_window",
-    "created_at",
-}
+_SCORE_MEASURES = frozenset(MEASURE_NAMES)
 
 
 def _judging_rows(

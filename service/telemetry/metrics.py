@@ -7,7 +7,7 @@ reports the same global numbers: dashboards and rules aggregate across instances
 
 Families (labels in brackets):
 - retrieval_monitor_measure_<measure> histogram [app, retriever, environment, judge, prompt_version]
-  for every measure of ``MEASURE_BUCKETS``
+  for every measure of the catalogue (``service.measures.catalogue``), with its buckets
 - retrieval_monitor_events_accepted_total [app, retriever, environment]
 - retrieval_monitor_events_duplicate_total [app, retriever, environment]
 - retrieval_monitor_events_rejected_total [reason]
@@ -54,30 +54,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from service.measures.catalogue import MEASURES, UNIT_BUCKETS
+
 NAMESPACE = "retrieval_monitor"
 
 MeasureLabels = ("app", "retriever", "environment", "judge", "prompt_version")
 EventLabels = ("app", "retriever", "environment")
 
-_UNIT = tuple(round(0.1 * i, 1) for i in range(1, 11))
-# T and T_u grow with the number of relevant passages (up to (1-a)*K) and go down to -a*K.
-_T_BUCKETS = (-2.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
-_RATIO_BUCKETS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0)
-
-MEASURE_BUCKETS: dict[str, tuple[float, ...]] = {
-    "precision": _UNIT,
-    "hit": (0.5, 1.0),
-    "rr": (0.1, 0.2, 0.25, 1 / 3, 0.5, 1.0),
-    "ndcg": _UNIT,
-    "t": _T_BUCKETS,
-    "t_u": _T_BUCKETS,
-    "f_e": _UNIT,
-    "context_relevance": (0.0, 0.5, 1.0),
-    "k_over_np_est": _RATIO_BUCKETS,
-    "recall": _UNIT,
-    "f": _UNIT,
-    "ndcg_gold": _UNIT,
-}
+# One histogram per measure of the catalogue, with the catalogue's buckets.
+MEASURE_BUCKETS: dict[str, tuple[float, ...]] = {m.name: m.buckets for m in MEASURES}
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 LAG_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
@@ -186,7 +171,7 @@ FAMILIES: dict[str, Family] = {
             "histogram",
             "Share of top-k passages that nearly repeat a higher-ranked one.",
             EventLabels,
-            _UNIT,
+            UNIT_BUCKETS,
         ),
         Family(
             "signal_passage_length_characters",

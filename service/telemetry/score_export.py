@@ -7,11 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from service.measures.catalogue import MEASURES
 from service.telemetry.aggregates import Delta
-from service.telemetry.metrics import MEASURE_BUCKETS
-
-# Measures present even when the judge's labels are missing (they do not come from those labels).
-_NOT_FROM_LABELS = {"context_relevance", "recall", "f", "ndcg_gold"}
 
 
 @dataclass(frozen=True)
@@ -43,11 +40,13 @@ def score_delta(
     delta = Delta()
     delta.inc("events_judged", labels)
     any_measure = False
-    for measure in MEASURE_BUCKETS:
-        value = score[measure]
+    for measure in MEASURES:
+        value = score[measure.name]
         if value is not None:
-            delta.observe(f"measure_{measure}", labels, float(value))
-            any_measure = any_measure or measure not in _NOT_FROM_LABELS
+            delta.observe(f"measure_{measure.name}", labels, float(value))
+            # Context relevance and the gold measures exist even when the judge's labels are
+            # missing; only a measure from those labels says the event was scored.
+            any_measure = any_measure or measure.from_judge_labels
     if not any_measure:
         delta.inc("events_missing_measures", labels)
     if run is None:

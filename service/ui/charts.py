@@ -10,10 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-# Measures whose scale is [0, 1]; the others (T, T_u, K/N^_p) are drawn over their data's range.
-UNIT_MEASURES = frozenset(
-    {"precision", "hit", "rr", "ndcg", "f_e", "context_relevance", "recall", "f", "ndcg_gold"}
-)
 PAD = 3.0
 
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 from urllib.parse import urlencode
 
-from service.measures.formulas import MEASURE_NAMES
+from service.measures.catalogue import MEASURE_NAMES
 from service.store.models import MissCauseKind
 
 WINDOWS: dict[str, timedelta | None] = {

@@ -14,7 +14,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 
 from service.api.deps import PageCaller, StateDep
 from service.api.state import app_state
-from service.measures.formulas import MEASURE_NAMES
+from service.measures.catalogue import LISTED, MEASURE_NAMES
 from service.store import events as event_store
 from service.store.engine import session_scope
 from service.ui import queries as page_store
@@ -97,7 +97,7 @@ def events_page(request: Request, state: StateDep, caller: PageCaller) -> Respon
         choices=choices,
         measures=MEASURE_NAMES,
         page=page,
-        columns=("precision", "ndcg", "t", "f_e", "context_relevance", "recall"),
+        columns=LISTED,
     )
 
 

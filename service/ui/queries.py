@@ -34,14 +34,9 @@ from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session, col
 
-from service.measures.formulas import MEASURE_NAMES
+from service.measures.catalogue import MEASURE_NAMES, NARROW_LEAD, WIDE_LEAD
 from service.store.models import Event, EventStatus, MissCause, MissCauseKind, Passage, Score, table
 from service.ui.filters import PAGE_SIZE, UNCLASSIFIED, EventFilter, TimeWindow, bucket_seconds
-
-# The measure the regime says to lead with (DESIGN, "K/N^_p: the regime"): at K/N_p around 1 or
-# below T tracks answer quality better; above it the order matters and nDCG does.
-NARROW_LEAD = "t"
-WIDE_LEAD = "ndcg"
 
 
 def _dialect(session: Session) -> str:
@@ -139,6 +134,7 @@ class JudgeSlice:
     @property
     def lead(self) -> str:
         share = self.narrow_share
+        # The measure the regime says to lead with (DESIGN, "K/N^_p: the regime").
         return NARROW_LEAD if share is not None and share >= 0.5 else WIDE_LEAD
 
 

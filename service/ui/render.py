@@ -1,6 +1,7 @@
 """Templates and the small formatting helpers they use.
 
-Autoescaping is on for every template: queries and passages are untrusted text.
+Autoescaping is on for every template: queries and passages are untrusted text. An undefined
+name fails the render rather than showing as a blank.
 """
 
 from __future__ import annotations
@@ -11,27 +12,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup, escape
 
+from service.measures.catalogue import MEASURES, NARROW_LEAD
 from service.store.models import MissCauseKind
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
-MEASURE_TITLES: dict[str, str] = {
-    "precision": "Precision",
-    "hit": "Hit",
-    "rr": "RR",
-    "ndcg": "nDCG",
-    "t": "T",
-    "t_u": "T_u",
-    "f_e": "F_e",
-    "context_relevance": "Context relevance",
-    "k_over_np_est": "K/N^_p",
-    "recall": "Recall (gold)",
-    "f": "F (gold)",
-    "ndcg_gold": "nDCG (gold)",
-}
+MEASURE_TITLES: dict[str, str] = {m.name: m.short_title for m in MEASURES}
 GRADE_TITLES = {0: "irrelevant", 1: "related", 2: "highly relevant", 3: "perfectly relevant"}
 CONTEXT_TITLES = {0: "does not answer", 1: "partly answers", 2: "fully answers"}
 
@@ -114,6 +103,8 @@ def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(TEMPLATES),
         autoescape=select_autoescape(["html"]),
+        # A name the template uses but nobody passed is an error, not a silent blank on the page.
+        undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
@@ -127,6 +118,7 @@ def _environment() -> Environment:
     )
     env.globals.update(
         MEASURE_TITLES=MEASURE_TITLES,
+        NARROW_LEAD=NARROW_LEAD,
         GRADE_TITLES=GRADE_TITLES,
         CONTEXT_TITLES=CONTEXT_TITLES,
         MISS_CAUSE_TITLES=MISS_CAUSE_TITLES,

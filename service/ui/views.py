@@ -8,14 +8,15 @@ from datetime import datetime, timedelta
 
 from markupsafe import Markup
 
-from service.measures.formulas import MEASURE_NAMES
+from service.measures.catalogue import (
+    GOLD_MEASURES,
+    MEASURE_NAMES,
+    UNIT_INTERVAL_MEASURES,
+)
 from service.store.events import StoredEvent
-from service.ui.charts import UNIT_MEASURES, Chart, line_chart
+from service.ui.charts import Chart, line_chart
 from service.ui.queries import GroupOverview, JudgeSlice, Overview
 from service.ui.render import highlight, query_terms
-
-GOLD_ONLY = frozenset({"recall", "f", "ndcg_gold"})
-REGIME = "k_over_np_est"
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def overview_panels(data: Overview) -> list[GroupPanel]:
         if judge is not None and first is not None and last is not None:
             names = [judge.lead] + [m for m in MEASURE_NAMES if m != judge.lead]
             for name in names:
-                if name in GOLD_ONLY and judge.means.get(name) is None:
+                if name in GOLD_MEASURES and judge.means.get(name) is None:
                     continue
                 charts.append(
                     MeasureChart(
@@ -82,7 +83,8 @@ def _chart(
         series,
         first,
         end,
-        unit_scale=measure in UNIT_MEASURES,
+        # Measures bounded to [0, 1] are drawn on that scale, the others over their data's range.
+        unit_scale=measure in UNIT_INTERVAL_MEASURES,
         mean=judge.means.get(measure),
         **size,
     )

@@ -25,7 +25,8 @@ from service.analysis.cli import add_analyze_command
 from service.analysis.dataset import judged_traffic
 from service.analysis.gauges import CachedCalibrationGauges, calibration_gauges
 from service.api.app import create_app
-from service.measures.formulas import MEASURE_NAMES, EventLabels, compute_measures
+from service.measures.catalogue import MEASURE_NAMES
+from service.measures.formulas import EventLabels, compute_measures
 from service.schemas import EventIn
 from service.settings import Settings
 from service.store import analysis as repo

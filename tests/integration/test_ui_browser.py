@@ -33,8 +33,7 @@ from service.store.keys import add_key
 from service.store.migrate import upgrade
 from tests.conftest import WorkerFactory, http_ok, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
-from tests.helpers import make_event
-from tests.integration.test_ui_pages import ui_app
+from tests.helpers import make_event, ui_app
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
