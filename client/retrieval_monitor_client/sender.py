@@ -26,7 +26,7 @@ from retrieval_monitor_client.outbox import Outbox
 from retrieval_monitor_client.wire import (
     EventRecord,
     FeedbackRecord,
-    Unsendable,
+    UnsendableError,
     batch_body,
     event_json,
     retry_after_seconds,
@@ -139,7 +139,7 @@ class Sender:
                 event = items.popleft()  # type: ignore[assignment]
                 try:
                     body = event_json(event)
-                except Unsendable as exc:
+                except UnsendableError as exc:
                     self._settle_rejected(event.event_id, str(exc))
                     continue
             if batch and size + len(body) > self._config.max_batch_bytes:

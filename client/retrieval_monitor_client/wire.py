@@ -15,7 +15,7 @@ from typing import Any
 PASSAGE_FIELDS = ("id", "text", "score")
 
 
-class Unsendable(ValueError):
+class UnsendableError(ValueError):
     """The event cannot be turned into JSON the monitor would take; it is reported, not sent."""
 
 
@@ -87,7 +87,9 @@ def event_json(event: EventRecord) -> bytes:
     optional = {
         "environment": event.environment,
         "k": event.k,
-        "gold_passage_ids": None if event.gold_passage_ids is None else list(event.gold_passage_ids),
+        "gold_passage_ids": None
+        if event.gold_passage_ids is None
+        else list(event.gold_passage_ids),
         "metadata": None if event.metadata is None else dict(event.metadata),
         "response": event.response,
     }
@@ -100,7 +102,7 @@ def dumps(body: Mapping[str, Any]) -> bytes:
         # NaN and Infinity are not JSON; the monitor would refuse them, so they are caught here.
         text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise Unsendable(f"not JSON-serialisable: {exc}") from exc
+        raise UnsendableError(f"not JSON-serialisable: {exc}") from exc
     return text.encode()
 
 
@@ -128,9 +130,13 @@ def _passage(rank: int, passage: str | Mapping[str, Any]) -> dict[str, Any]:
         return {"text": passage}
     if isinstance(passage, Mapping):
         return {name: passage[name] for name in PASSAGE_FIELDS if passage.get(name) is not None}
-    raise Unsendable(
+    raise UnsendableError(
         f"passage {rank} is a {type(passage).__name__}: give a str or a mapping with 'text'"
     )
+
+
+def _list_or_none(values: Sequence[str] | None) -> list[str] | None:
+    return None if values is None else list(values)
 
 
 def _iso(timestamp: float | datetime) -> str:

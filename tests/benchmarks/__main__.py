@@ -2,8 +2,9 @@
 
 ``python -m tests.benchmarks`` (``make bench``) runs ingest, judge tokens, judging, the local
 judge, the scrape and the client library's benchmarks in turn, prints one table (each figure,
-the median of its runs, next to its same-run baseline and their ratio) and writes it to ``bench-results/bench.json`` and
-``bench-results/bench.md``. ``--quick`` runs each once on tiny inputs (the smoke test uses it).
+the median of its runs, next to its same-run baseline and their ratio) and writes it to
+``bench-results/bench.json`` and ``bench-results/bench.md``. ``--quick`` runs each once on tiny
+inputs (the smoke test uses it).
 Nothing here asserts a timing.
 """
 

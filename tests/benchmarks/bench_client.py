@@ -30,7 +30,18 @@ from tests.benchmarks.common import (
     table,
 )
 
-WORDS = "retrieval passage about returns shipping refunds warranty size colour stock".split()
+WORDS = [
+    "retrieval",
+    "passage",
+    "about",
+    "returns",
+    "shipping",
+    "refunds",
+    "warranty",
+    "size",
+    "colour",
+    "stock",
+]
 FIGURE = 8
 
 
@@ -93,9 +104,7 @@ def measure(args: argparse.Namespace) -> list[Figure]:
             with running(api_command(port), env, url, "/readyz"):
                 post_p50.append(statistics.median(timed_posts(url, args.posts)))
                 # Room for every event: the figure is the cost of a kept event, not of a drop.
-                monitor = MonitorClient(
-                    url, app="bench", retriever="bm25", max_pending=args.events
-                )
+                monitor = MonitorClient(url, app="bench", retriever="bm25", max_pending=args.events)
                 costs = timed_records(monitor, args.events)
                 monitor.flush(600)
                 monitor.close()
@@ -126,7 +135,11 @@ def measure(args: argparse.Namespace) -> list[Figure]:
             note=events,
         ),
         median_figure(
-            FIGURE, "client record() cost to the caller, service up, p99", up_p99, "us", target="< 50 us"
+            FIGURE,
+            "client record() cost to the caller, service up, p99",
+            up_p99,
+            "us",
+            target="< 50 us",
         ),
         median_figure(
             FIGURE,

@@ -3,6 +3,7 @@ requests still arrive and commit, while the client sees nothing until the test l
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from types import TracebackType
@@ -51,8 +52,12 @@ class StallingProxy:
                 return
             upstream = socket.create_connection(self._upstream)
             self._sockets += [downstream, upstream]
-            threading.Thread(target=self._pump, args=(downstream, upstream, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, downstream, True), daemon=True).start()
+            threading.Thread(
+                target=self._pump, args=(downstream, upstream, False), daemon=True
+            ).start()
+            threading.Thread(
+                target=self._pump, args=(upstream, downstream, True), daemon=True
+            ).start()
 
     def _pump(self, source: socket.socket, target: socket.socket, answers: bool) -> None:
         try:
@@ -66,7 +71,5 @@ class StallingProxy:
             pass
         finally:
             for sock in (source, target):
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass

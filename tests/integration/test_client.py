@@ -18,25 +18,25 @@ import threading
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from retrieval_monitor_client import AsyncMonitorClient, MonitorClient, Stats
-from sqlalchemy import create_engine, select
+from retrieval_monitor_client import AsyncMonitorClient, MonitorClient, Passage, Stats
+from sqlalchemy import create_engine, text
 
 from service.settings import Settings
-from service.store.models import Event
 from tests.conftest import LiveServer, make_settings, wait_for
 from tests.integration.stalling_proxy import StallingProxy
 from tests.paths import REPO_ROOT
 
-PASSAGES = [
+PASSAGES: list[Passage] = [
     {"id": "d1", "text": "Returns are accepted within 30 days of delivery."},
     {"id": "d2", "text": "Shipping takes three to five working days."},
     "Gift cards cannot be exchanged for cash.",
 ]
 # Quick to notice a restart; the defaults suit production, not a test's patience.
-FAST = {"flush_interval": 0.05, "max_backoff": 0.2}
+FAST: dict[str, Any] = {"flush_interval": 0.05, "max_backoff": 0.2}
 
 
 @pytest.fixture
@@ -54,8 +54,8 @@ def stored_ids(settings: Settings, app: str) -> list[str]:
     engine = create_engine(settings.database_url)
     try:
         with engine.connect() as conn:
-            rows = conn.execute(select(Event.event_id).where(Event.app == app))  # type: ignore[arg-type]
-            return [row[0] for row in rows]
+            rows = conn.execute(text("SELECT event_id FROM events WHERE app = :app"), {"app": app})
+            return [str(row[0]) for row in rows]
     finally:
         engine.dispose()
 
