@@ -87,3 +87,16 @@ def test_service_never_imports_workers() -> None:
         if module.split(".")[0] == "workers"
     ]
     assert not wrong, wrong
+
+
+def test_the_client_library_imports_nothing_of_the_service() -> None:
+    """It goes into applications that have none of the server's packages (see client/)."""
+    sources = list((ROOT / "client" / "retrieval_monitor_client").glob("*.py"))
+    assert sources
+    for path in sources:
+        outside = {
+            module
+            for module in imported_modules(path)
+            if module.split(".")[0] in {"service", "workers", "fastapi", "celery", "sqlmodel"}
+        }
+        assert not outside, f"{path.name} imports {sorted(outside)}"
