@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--rate", type=float, default=20.0, help="events per second (0: max)")
     replay.add_argument("--limit", type=int, help="replay at most this many queries")
     replay.add_argument("--gold", action="store_true", help="send qrels as gold_passage_ids")
-    replay.add_argument("--batch-size", type=int, default=0, help="events per batch request")
+    replay.add_argument(
+        "--batch-size", type=int, default=0, help="most events per request (0: the client's 100)"
+    )
     replay.add_argument("--app", default="replay", help="the app label of the events")
     replay.add_argument("--retriever", default="bm25", help="the retriever label of the events")
     replay.add_argument("--environment", default=None, help="the environment label")
