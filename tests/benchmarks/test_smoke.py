@@ -104,3 +104,13 @@ def test_scrape_figure(tmp_path: Path) -> None:
     (row,) = _run("scrape", tmp_path)
     assert _has_value(row)
     assert row["baseline"]
+
+
+def test_client_figures(tmp_path: Path) -> None:
+    _redis_or_skip()
+    rows = _run("client", tmp_path)
+    assert len(rows) == 4
+    assert all(_has_value(r) for r in rows)
+    # The service-down run kept half the events and dropped the rest, as its queue allows.
+    (down,) = [r for r in rows if "service down, p50" in str(r["name"])]
+    assert "dropped 1000" in str(down["note"])

@@ -308,18 +308,20 @@ def test_the_context_holds_what_the_build_copies_and_nothing_else(context: list[
         "README.md",
         "service",
         "workers",
+        "client",
     }
     assert not [p for p in context if "__pycache__" in p or p.endswith(".pyc")]
+    assert not [p for p in context if ".egg-info/" in p]
     python_sources = {
         p.relative_to(REPO_ROOT).as_posix()
-        for folder in ("service", "workers")
+        for folder in ("service", "workers", "client")
         for p in (REPO_ROOT / folder).rglob("*.py")
         if "__pycache__" not in p.parts
     }
     assert python_sources <= set(context)
 
 
-def test_the_context_builds_the_package_with_its_migrations(
+def test_the_context_builds_the_package_with_its_migrations_and_the_client(
     context: list[str], tmp_path: Path
 ) -> None:
     source = tmp_path / "src"
@@ -338,20 +340,28 @@ def test_the_context_builds_the_package_with_its_migrations(
             "--quiet",
             "--wheel-dir",
             str(wheels),
+            str(source / "client"),
             str(source),
         ],
         check=True,
         capture_output=True,
         timeout=120,
     )
-    (wheel,) = wheels.glob("*.whl")
+    (client_wheel,) = wheels.glob("retrieval_monitor_client-*.whl")
+    with zipfile.ZipFile(client_wheel) as archive:
+        client_names = set(archive.namelist())
+    client_files = {"retrieval_monitor_client/client.py", "retrieval_monitor_client/py.typed"}
+    assert client_files <= client_names
+    assert not [n for n in client_names if n.startswith(("service/", "workers/"))]
+    (wheel,) = wheels.glob("retrieval_monitor-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         assert "retrieval-monitor = service.cli:main" in archive.read(entry_points).decode()
+    assert not [n for n in names if n.startswith("retrieval_monitor_client/")]
     migrations = {
         p.relative_to(REPO_ROOT).as_posix()
-        for p in (REPO_ROOT / "service" / "migrations").rglob("*.py")
+        for p in (REPO_ROOT / "service" / "store" / "migrations").rglob("*.py")
         if "__pycache__" not in p.parts
     }
     assert migrations

