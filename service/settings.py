@@ -116,7 +116,23 @@ class Settings(BaseSettings):
     max_batch_events: int = Field(1_000, ge=1, description="Most events in one batch request.")
     max_metadata_bytes: int = Field(4_096, ge=0, description="Largest metadata object, JSON bytes.")
     max_label_chars: int = Field(
-        100, ge=1, description="Longest app, retriever or environment name (they are labels)."
+        100,
+        ge=1,
+        le=100,
+        description="Longest app, retriever or environment name (they are labels; the columns "
+        "hold 100).",
+    )
+    max_response_chars: int = Field(
+        32_000, ge=1, description="Longest response text (event or feedback), characters."
+    )
+    max_gold_ids: int = Field(
+        1_000, ge=1, description="Most gold passage ids one event may carry."
+    )
+    max_candidates: int = Field(
+        2_000, ge=1, description="Most first-stage candidates one event may carry."
+    )
+    max_metadata_depth: int = Field(
+        8, ge=1, le=32, description="Deepest nesting of objects and arrays in metadata."
     )
 
     # --- backpressure and rate limits ---------------------------------------------------------

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Response, status
+from sqlmodel import Session
 
 from service.api.auth import Caller
 from service.api.deps import AppState, request_state
 from service.api.keys import Principal
-from service.ingest.accept import Rejection, validate
+from service.ingest.accept import CONFLICT_MESSAGE, Rejection, validate
 from service.ingest.group_commit import NotStoredError
 from service.schemas import (
     ERROR_RESPONSES,
@@ -21,9 +22,12 @@ from service.schemas import (
     FeedbackIn,
     IngestResult,
     PassageView,
+    check_feedback_limits,
 )
+from service.storable import text_problem
 from service.store import events as event_store
 from service.store.engine import session_scope
+from service.store.models import Event
 from service.telemetry.aggregates import Delta
 
 router = APIRouter(prefix="/v1/events", tags=["events"], responses=ERROR_RESPONSES)
@@ -65,7 +69,11 @@ def post_event(event: EventIn, response: Response, state: State, caller: Caller)
     if result.status == "duplicate":
         response.status_code = status.HTTP_200_OK
     elif result.status == "rejected":
-        raise HTTPException(status.HTTP_409_CONFLICT, detail=result.error)
+        conflict = result.error == CONFLICT_MESSAGE
+        raise HTTPException(
+            status.HTTP_409_CONFLICT if conflict else status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=result.error,
+        )
     return result
 
 
@@ -108,9 +116,9 @@ def post_batch(batch: BatchIn, state: State, caller: Caller) -> BatchResult:
 def get_event(event_id: str, state: State, caller: Caller) -> EventView:
     """The event as stored, its judging status, per-passage grades and its measures."""
     with session_scope(state.runtime.engine) as session:
-        event = event_store.find_event(session, caller.tenant, event_id)
+        event = _find(session, caller.tenant, event_id)
         if event is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {ascii(event_id)}")
         stored = event_store.stored_event(session, event)
     return _view(stored)
 
@@ -120,10 +128,16 @@ def post_feedback(
     event_id: str, feedback: FeedbackIn, state: State, caller: Caller
 ) -> dict[str, Any]:
     """Attach the answer's grade (1-5) and/or correctness to an event, possibly long after it."""
+    problems = check_feedback_limits(feedback, state.runtime.settings)
+    if problems:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail="; ".join(problems))
+    redactor = state.runtime.redactor
+    if redactor and feedback.response is not None:
+        feedback = feedback.model_copy(update={"response": redactor.redact(feedback.response)})
     with session_scope(state.runtime.engine) as session:
-        event = event_store.find_event(session, caller.tenant, event_id)
+        event = _find(session, caller.tenant, event_id)
         if event is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {ascii(event_id)}")
         event_store.record_feedback(session, event, feedback)
         session.commit()
         labels = {"app": event.app, "retriever": event.retriever, "environment": event.environment}
@@ -131,6 +145,13 @@ def post_feedback(
     delta.inc("feedback", labels)
     state.ingestor.count(delta)
     return {"event_id": event_id, "status": "recorded"}
+
+
+def _find(session: Session, tenant: str, event_id: str) -> Event | None:
+    # An id no store can hold names no stored event (PostgreSQL would refuse the lookup itself).
+    if text_problem(event_id) is not None:
+        return None
+    return event_store.find_event(session, tenant, event_id)
 
 
 def refuse_if_needed(state: AppState, caller: Principal, events: int) -> None:
