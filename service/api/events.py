@@ -31,6 +31,18 @@ from service.store.models import Event
 from service.telemetry.aggregates import Delta
 
 router = APIRouter(prefix="/v1/events", tags=["events"], responses=ERROR_RESPONSES)
+
+# OpenAPI links: what a client (or a stateful test) can do next with the event_id of an answer.
+_EVENT_LINKS = {
+    "GetEvent": {
+        "operationId": "get_event_v1_events__event_id__get",
+        "parameters": {"event_id": "$response.body#/event_id"},
+    },
+    "PostFeedback": {
+        "operationId": "post_feedback_v1_events__event_id__feedback_post",
+        "parameters": {"event_id": "$response.body#/event_id"},
+    },
+}
 State = Annotated[AppState, Depends(request_state)]
 
 
@@ -39,7 +51,12 @@ State = Annotated[AppState, Depends(request_state)]
     response_model=IngestResult,
     status_code=status.HTTP_202_ACCEPTED,
     responses={
-        200: {"model": IngestResult, "description": "Already known: nothing new was stored."},
+        202: {"description": "Committed; judged in the background.", "links": _EVENT_LINKS},
+        200: {
+            "model": IngestResult,
+            "description": "Already known: nothing new was stored.",
+            "links": _EVENT_LINKS,
+        },
         409: {"model": ErrorBody, "description": "The event_id is used by a different event."},
         413: {"model": ErrorBody, "description": "The body is over max_body_bytes."},
         429: {"model": ErrorBody, "description": "The tenant is over its rate; see Retry-After."},
