@@ -173,10 +173,7 @@ def check_limits(event: EventIn, settings: Settings) -> list[str]:
             problems.append(f"{name} too long: > max_label_chars {settings.max_label_chars}")
     if event.response is not None and len(event.response) > settings.max_response_chars:
         problems.append(response_too_long(event.response, settings))
-    if (
-        event.gold_passage_ids is not None
-        and len(event.gold_passage_ids) > settings.max_gold_ids
-    ):
+    if event.gold_passage_ids is not None and len(event.gold_passage_ids) > settings.max_gold_ids:
         problems.append(
             f"too many gold_passage_ids: {len(event.gold_passage_ids)} > max_gold_ids "
             f"{settings.max_gold_ids}"

@@ -125,9 +125,7 @@ class Settings(BaseSettings):
     max_response_chars: int = Field(
         32_000, ge=1, description="Longest response text (event or feedback), characters."
     )
-    max_gold_ids: int = Field(
-        1_000, ge=1, description="Most gold passage ids one event may carry."
-    )
+    max_gold_ids: int = Field(1_000, ge=1, description="Most gold passage ids one event may carry.")
     max_candidates: int = Field(
         2_000, ge=1, description="Most first-stage candidates one event may carry."
     )

@@ -54,7 +54,9 @@ def _child(where: str, name: str) -> str:
 def check_body(value: object, where: str = "", depth: int = 0) -> None:
     """Raise NotStorableError for the first key or value at any depth no store can keep."""
     if depth > MAX_NESTING:
-        raise NotStorableError(f"{where or 'the body'} is nested more than {MAX_NESTING} levels deep")
+        raise NotStorableError(
+            f"{where or 'the body'} is nested more than {MAX_NESTING} levels deep"
+        )
     if isinstance(value, str):
         check_text(value, where)
     elif isinstance(value, bool) or value is None:
@@ -71,7 +73,7 @@ def check_body(value: object, where: str = "", depth: int = 0) -> None:
         for key, item in value.items():
             name = str(key)
             if isinstance(key, str):
-                check_text(key, f"the key {ascii(key[:40])} of {where or 'the body'}")
+                check_text(key, f"the key {key[:40]!a} of {where or 'the body'}")
             check_body(item, _child(where, name[:40]), depth + 1)
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import string
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -258,18 +258,15 @@ def test_the_openapi_operations_chained_by_their_links_never_fail(
 
         class NoServerErrors(machine):  # type: ignore[misc,valid-type]
             def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
-                checks.not_a_server_error(
-                    checks.CheckContext(
-                        override=None, auth=None, headers=None, config=case.operation.schema.config
-                    ),
-                    response,
-                    case,
+                # Only the status: what a body may hold is the other tests' business.
+                case.validate_response(
+                    response, checks=[checks.not_a_server_error], transport_kwargs=kwargs
                 )
 
         NoServerErrors.run(
             settings=hypothesis_settings(
-                max_examples=25,
-                stateful_step_count=6,
+                max_examples=15,
+                stateful_step_count=5,
                 derandomize=True,
                 deadline=None,
                 database=None,
@@ -305,7 +302,11 @@ def _stored_event_ids(client: TestClient) -> list[str]:
         ("metadata", {"k": ["\udfff"]}, "metadata.k[0] is not valid Unicode"),
         ("metadata", {"n": 2**80}, "metadata.n is an integer outside 64 bits"),
         ("metadata", {"n": nested(40)}, "nested more than 32 levels"),
-        ("metadata", {"n": nested(9)}, "metadata nested too deep: 10 levels > max_metadata_depth 8"),
+        (
+            "metadata",
+            {"n": nested(9)},
+            "metadata nested too deep: 10 levels > max_metadata_depth 8",
+        ),
         ("timestamp", "2026-11-30T10:00:00", "timestamp has no timezone"),
         ("timestamp", "0001-01-01T00:00:00+14:00", "timestamp must be from 1970-01-01"),
         ("timestamp", "9999-12-31T23:59:59-14:00", "timestamp must be from 1970-01-01"),

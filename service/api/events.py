@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Response, status
-from sqlmodel import Session
 
 from service.api.auth import Caller
 from service.api.deps import AppState, request_state
@@ -24,10 +23,8 @@ from service.schemas import (
     PassageView,
     check_feedback_limits,
 )
-from service.storable import text_problem
 from service.store import events as event_store
 from service.store.engine import session_scope
-from service.store.models import Event
 from service.telemetry.aggregates import Delta
 
 router = APIRouter(prefix="/v1/events", tags=["events"], responses=ERROR_RESPONSES)
@@ -133,9 +130,9 @@ def post_batch(batch: BatchIn, state: State, caller: Caller) -> BatchResult:
 def get_event(event_id: str, state: State, caller: Caller) -> EventView:
     """The event as stored, its judging status, per-passage grades and its measures."""
     with session_scope(state.runtime.engine) as session:
-        event = _find(session, caller.tenant, event_id)
+        event = event_store.find_event(session, caller.tenant, event_id)
         if event is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {ascii(event_id)}")
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!a}")
         stored = event_store.stored_event(session, event)
     return _view(stored)
 
@@ -152,9 +149,9 @@ def post_feedback(
     if redactor and feedback.response is not None:
         feedback = feedback.model_copy(update={"response": redactor.redact(feedback.response)})
     with session_scope(state.runtime.engine) as session:
-        event = _find(session, caller.tenant, event_id)
+        event = event_store.find_event(session, caller.tenant, event_id)
         if event is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {ascii(event_id)}")
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!a}")
         event_store.record_feedback(session, event, feedback)
         session.commit()
         labels = {"app": event.app, "retriever": event.retriever, "environment": event.environment}
@@ -162,13 +159,6 @@ def post_feedback(
     delta.inc("feedback", labels)
     state.ingestor.count(delta)
     return {"event_id": event_id, "status": "recorded"}
-
-
-def _find(session: Session, tenant: str, event_id: str) -> Event | None:
-    # An id no store can hold names no stored event (PostgreSQL would refuse the lookup itself).
-    if text_problem(event_id) is not None:
-        return None
-    return event_store.find_event(session, tenant, event_id)
 
 
 def refuse_if_needed(state: AppState, caller: Principal, events: int) -> None:

@@ -109,18 +109,14 @@ def redact_event(event: EventIn, redactor: Redactor) -> EventIn:
         "environment": label(event.environment),
         "query": text(event.query),
         "passages": [
-            p.model_copy(
-                update={"text": text(p.text), "id": None if p.id is None else ident(p.id)}
-            )
+            p.model_copy(update={"text": text(p.text), "id": None if p.id is None else ident(p.id)})
             for p in event.passages
         ],
         "response": None if event.response is None else text(event.response),
         "metadata": redactor.redact_json(event.metadata),
     }
     if event.candidates is not None:
-        update["candidates"] = [
-            c.model_copy(update={"id": ident(c.id)}) for c in event.candidates
-        ]
+        update["candidates"] = [c.model_copy(update={"id": ident(c.id)}) for c in event.candidates]
     if event.gold_passage_ids is not None:
         update["gold_passage_ids"] = [ident(g) for g in event.gold_passage_ids]
     return event.model_copy(update=update)

@@ -14,10 +14,11 @@ from typing import Any, Literal
 import psycopg
 from sqlalchemy import func, select, update
 from sqlalchemy import text as sql_text
-from sqlalchemy.exc import DBAPIError, DataError, IntegrityError, StatementError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlmodel import Session, col
 
 from service.schemas import EventIn, FeedbackIn
+from service.storable import text_problem
 from service.store.lookups import lookup_each, unnest_keys
 from service.store.models import (
     Event,
@@ -318,6 +319,9 @@ def as_utc(moment: datetime | None) -> datetime | None:
 
 
 def find_event(session: Session, tenant: str, event_id: str) -> Event | None:
+    # An id no store can hold names no stored event (PostgreSQL would refuse the lookup itself).
+    if text_problem(event_id) is not None:
+        return None
     return session.execute(
         select(Event).where(col(Event.tenant) == tenant, col(Event.event_id) == event_id)
     ).scalar_one_or_none()

@@ -116,7 +116,7 @@ def map_request(decoded: DecodedRequest, config: MappingConfig) -> MappedRequest
             outcome = map_span(span, config)
         except Exception as exc:  # never the whole request: the exporter would retry it forever
             log.warning("OTLP span %s could not be mapped", span.span_id, exc_info=True)
-            message = f"span {ascii(span.name[:80])}: could not be read ({type(exc).__name__})"
+            message = f"span {span.name[:80]!a}: could not be read ({type(exc).__name__})"
             outcome = Rejection(None, "invalid", message)
         if outcome is None:
             mapped.ignored += 1
@@ -133,7 +133,7 @@ def map_span(span: Span, config: MappingConfig) -> dict[str, Any] | Rejection | 
     retrieval = find_retrieval(span, config)
     if retrieval is None:
         return None
-    what = f"span {ascii(span.name[:80])} ({retrieval.source})"
+    what = f"span {span.name[:80]!a} ({retrieval.source})"
     if len(span.trace_id) != 32 or len(span.span_id) != 16 or not int(span.trace_id or "0", 16):
         return Rejection(None, "invalid", f"{what}: invalid trace or span id")
     event_id = event_id_for(span)
