@@ -201,4 +201,3 @@ class GroupCommitter:
 def _fail(pending: _Pending, error: NotStoredError) -> None:
     if not pending.future.done():
         pending.future.set_exception(error)
-
