@@ -262,8 +262,10 @@ class Settings(BaseSettings):
     # --- sensitive text -----------------------------------------------------------------------
     redact: list[str] = Field(
         default_factory=list,
-        description='Patterns masked before storage, logs and judge calls: "email", "phone", '
-        '"api_key" or "re:<regex>" (JSON list in the environment).',
+        description="Patterns masked in every free text (query, passages, ids, labels, response, "
+        'metadata) before storage, logs and judge calls: "email", "phone", "api_key" or '
+        '"re:<regex>" in RE2 syntax, which runs in linear time (no lookaround or '
+        "backreferences). JSON list in the environment.",
     )
     passage_text_storage: Literal["full", "hash_after_judging"] = Field(
         "full",
