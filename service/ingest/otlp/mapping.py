@@ -115,7 +115,8 @@ def map_request(decoded: DecodedRequest, config: MappingConfig) -> MappedRequest
         try:
             outcome = map_span(span, config)
         except Exception as exc:  # never the whole request: the exporter would retry it forever
-            log.warning("OTLP span %s could not be mapped", span.span_id, exc_info=True)
+            # The type only: a traceback's message can quote attribute text, which is not redacted.
+            log.warning("OTLP span %s could not be mapped (%s)", span.span_id, type(exc).__name__)
             message = f"span {span.name[:80]!a}: could not be read ({type(exc).__name__})"
             outcome = Rejection(None, "invalid", message)
         if outcome is None:
