@@ -8,47 +8,37 @@ no code change.
 from __future__ import annotations
 
 import json
-import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.settings import Settings
+from service.storable import check_body, check_moment, check_text, nesting_depth
+
+# Ids are stored in 200-character columns; labels in 100-character ones (the settings that
+# lower these bounds cannot raise them).
+MAX_ID_CHARS = 200
+MAX_LABEL_COLUMN_CHARS = 100
+PassageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
 
 
-def storable(value: str, what: str) -> str:
-    """Text every supported database can store: no NUL (PostgreSQL refuses it in text) and no
-    lone surrogates (not UTF-8)."""
-    if "\x00" in value:
-        raise ValueError(f"{what} contains a NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{what} is not valid Unicode (lone surrogate)") from exc
-    return value
+class StorableBody(BaseModel):
+    """A request body whose every key and value, at any depth, a store can keep
+    (``service/storable.py``); checked on the raw body before the fields are read."""
 
-
-def finite_json(value: Any, where: str) -> None:
-    """JSON values every store can keep: NaN and Infinity are not JSON (PostgreSQL's json type
-    refuses them, and a refused row would fail the whole batch's transaction)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{where} holds {value!r}, which JSON cannot carry; send null instead")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            finite_json(item, f"{where}.{key}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            finite_json(item, f"{where}[{index}]")
+    @model_validator(mode="before")
+    @classmethod
+    def every_value_storable(cls, data: Any) -> Any:
+        check_body(data)
+        return data
 
 
 class PassageIn(BaseModel):
     # Scores are stored (candidates in a JSON column): NaN and Infinity are refused up front.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    id: str | None = Field(
-        None, min_length=1, max_length=200, description="The app's id of the passage."
-    )
+    id: PassageId | None = Field(None, description="The app's id of the passage.")
     # The schema states "not blank"; the validators say it in words a person can act on.
     text: str = Field(
         description="The passage text as the prompt carried it.",
@@ -61,7 +51,7 @@ class PassageIn(BaseModel):
     def text_not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("passage text is empty")
-        return storable(value, "passage text")
+        return check_text(value, "passage text")
 
 
 class CandidateIn(BaseModel):
@@ -69,11 +59,11 @@ class CandidateIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    id: str = Field(max_length=200)
+    id: PassageId
     score: float | None = None
 
 
-class EventIn(BaseModel):
+class EventIn(StorableBody):
     """One retrieval as the app saw it: the query and the ranked passages the prompt carried."""
 
     model_config = ConfigDict(extra="forbid")
@@ -81,14 +71,24 @@ class EventIn(BaseModel):
     event_id: str | None = Field(
         None,
         min_length=1,
-        max_length=200,
+        max_length=MAX_ID_CHARS,
         pattern=r"^[A-Za-z0-9._:\-]+$",
         description="Client idempotency key; generated when absent.",
     )
     timestamp: datetime | None = Field(None, description="When the retrieval ran (default: now).")
-    app: str = Field(min_length=1, description="The application (a metric label).")
-    retriever: str = Field(min_length=1, description="Retriever name/version (a metric label).")
-    environment: str | None = Field(None, description="e.g. prod, staging (a metric label).")
+    app: str = Field(
+        min_length=1,
+        max_length=MAX_LABEL_COLUMN_CHARS,
+        description="The application (a metric label).",
+    )
+    retriever: str = Field(
+        min_length=1,
+        max_length=MAX_LABEL_COLUMN_CHARS,
+        description="Retriever name/version (a metric label).",
+    )
+    environment: str | None = Field(
+        None, max_length=MAX_LABEL_COLUMN_CHARS, description="e.g. prod, staging (a metric label)."
+    )
     query: str = Field(
         description="The text the retriever got.",
         json_schema_extra={"minLength": 1, "pattern": r"\S"},
@@ -105,7 +105,7 @@ class EventIn(BaseModel):
     candidates: list[CandidateIn] | None = Field(
         None, description="The first-stage list when a reranker sits before the prompt."
     )
-    gold_passage_ids: list[str] | None = Field(
+    gold_passage_ids: list[PassageId] | None = Field(
         None, description="Hand-marked passage ids that answer the query (gold traffic)."
     )
     response: str | None = Field(None, description="The answer the model wrote.")
@@ -113,23 +113,17 @@ class EventIn(BaseModel):
     answer_correct: bool | None = None
     metadata: dict[str, Any] | None = Field(None, description="Small, never a metric label.")
 
-    @field_validator("metadata")
+    @field_validator("timestamp")
     @classmethod
-    def metadata_is_json(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        finite_json(value, "metadata")
-        return value
+    def timestamp_storable(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else check_moment(value, "timestamp")
 
     @field_validator("query")
     @classmethod
     def query_not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("query is empty")
-        return storable(value, "query")
-
-    @field_validator("app", "retriever", "environment", "response")
-    @classmethod
-    def labels_storable(cls, value: str | None) -> str | None:
-        return None if value is None else storable(value, "a text field")
+        return value
 
     @field_validator("passages")
     @classmethod
@@ -177,16 +171,46 @@ def check_limits(event: EventIn, settings: Settings) -> list[str]:
         value = getattr(event, name)
         if value is not None and len(value) > settings.max_label_chars:
             problems.append(f"{name} too long: > max_label_chars {settings.max_label_chars}")
+    if event.response is not None and len(event.response) > settings.max_response_chars:
+        problems.append(response_too_long(event.response, settings))
+    if event.gold_passage_ids is not None and len(event.gold_passage_ids) > settings.max_gold_ids:
+        problems.append(
+            f"too many gold_passage_ids: {len(event.gold_passage_ids)} > max_gold_ids "
+            f"{settings.max_gold_ids}"
+        )
     if event.metadata is not None:
+        depth = nesting_depth(event.metadata)
+        if depth > settings.max_metadata_depth:
+            problems.append(
+                f"metadata nested too deep: {depth} levels > max_metadata_depth "
+                f"{settings.max_metadata_depth}"
+            )
         size = len(json.dumps(event.metadata, separators=(",", ":")).encode())
         if size > settings.max_metadata_bytes:
             problems.append(
                 f"metadata too large: {size} bytes > max_metadata_bytes "
                 f"{settings.max_metadata_bytes}"
             )
-    if event.candidates is not None and len(event.candidates) > settings.max_passages * 10:
-        problems.append(f"too many candidates: > {settings.max_passages * 10}")
+    if event.candidates is not None and len(event.candidates) > settings.max_candidates:
+        problems.append(
+            f"too many candidates: {len(event.candidates)} > max_candidates "
+            f"{settings.max_candidates}"
+        )
     return problems
+
+
+def response_too_long(response: str, settings: Settings) -> str:
+    return (
+        f"response too long: {len(response)} characters > max_response_chars "
+        f"{settings.max_response_chars}"
+    )
+
+
+def check_feedback_limits(feedback: FeedbackIn, settings: Settings) -> list[str]:
+    """Every operator-set limit the feedback breaks, each as a message naming the limit."""
+    if feedback.response is not None and len(feedback.response) > settings.max_response_chars:
+        return [response_too_long(feedback.response, settings)]
+    return []
 
 
 class BatchIn(BaseModel):
@@ -197,7 +221,7 @@ class BatchIn(BaseModel):
     )
 
 
-class FeedbackIn(BaseModel):
+class FeedbackIn(StorableBody):
     model_config = ConfigDict(extra="forbid")
 
     response: str | None = None

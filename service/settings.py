@@ -116,7 +116,21 @@ class Settings(BaseSettings):
     max_batch_events: int = Field(1_000, ge=1, description="Most events in one batch request.")
     max_metadata_bytes: int = Field(4_096, ge=0, description="Largest metadata object, JSON bytes.")
     max_label_chars: int = Field(
-        100, ge=1, description="Longest app, retriever or environment name (they are labels)."
+        100,
+        ge=1,
+        le=100,
+        description="Longest app, retriever or environment name (they are labels; the columns "
+        "hold 100).",
+    )
+    max_response_chars: int = Field(
+        32_000, ge=1, description="Longest response text (event or feedback), characters."
+    )
+    max_gold_ids: int = Field(1_000, ge=1, description="Most gold passage ids one event may carry.")
+    max_candidates: int = Field(
+        2_000, ge=1, description="Most first-stage candidates one event may carry."
+    )
+    max_metadata_depth: int = Field(
+        8, ge=1, le=32, description="Deepest nesting of objects and arrays in metadata."
     )
 
     # --- backpressure and rate limits ---------------------------------------------------------
@@ -248,8 +262,10 @@ class Settings(BaseSettings):
     # --- sensitive text -----------------------------------------------------------------------
     redact: list[str] = Field(
         default_factory=list,
-        description='Patterns masked before storage, logs and judge calls: "email", "phone", '
-        '"api_key" or "re:<regex>" (JSON list in the environment).',
+        description="Patterns masked in every free text (query, passages, ids, labels, response, "
+        'metadata) before storage, logs and judge calls: "email", "phone", "api_key" or '
+        '"re:<regex>" in RE2 syntax, which runs in linear time (no lookaround or '
+        "backreferences). JSON list in the environment.",
     )
     passage_text_storage: Literal["full", "hash_after_judging"] = Field(
         "full",

@@ -73,8 +73,14 @@ def create_app(settings: Settings) -> FastAPI:
         if request.url.path.startswith("/v1/events") and request.method == "POST":
             empty = empty_retrieval_labels(exc.body)
             state.ingestor.reject("empty_retrieval" if empty else "invalid", empty_retrieval=empty)
+        # Locations can hold the client's own keys: escaped, so no lone surrogate reaches the
+        # UTF-8 answer.
         errors = [
-            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            {
+                "loc": [p if isinstance(p, int) else _printable(str(p)) for p in e.get("loc", ())],
+                "msg": _printable(str(e.get("msg", ""))),
+                "type": e.get("type", ""),
+            }
             for e in exc.errors()
         ]
         message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
@@ -92,3 +98,7 @@ def create_app(settings: Settings) -> FastAPI:
         )
 
     return app
+
+
+def _printable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

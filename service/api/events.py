@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Response, status
 from service.api.deps import Caller, StateDep
 from service.api.keys import Principal
 from service.api.state import AppState
-from service.ingest.accept import Rejection, validate
+from service.ingest.accept import CONFLICT_MESSAGE, Rejection, validate
 from service.ingest.group_commit import NotStoredError
 from service.measures.catalogue import MEASURE_NAMES
 from service.schemas import (
@@ -22,6 +22,7 @@ from service.schemas import (
     FeedbackIn,
     IngestResult,
     PassageView,
+    check_feedback_limits,
 )
 from service.store import events as event_store
 from service.store.engine import session_scope
@@ -29,13 +30,30 @@ from service.telemetry.aggregates import Delta
 
 router = APIRouter(prefix="/v1/events", tags=["events"], responses=ERROR_RESPONSES)
 
+# OpenAPI links: what a client (or a stateful test) can do next with the event_id of an answer.
+_EVENT_LINKS = {
+    "GetEvent": {
+        "operationId": "get_event_v1_events__event_id__get",
+        "parameters": {"event_id": "$response.body#/event_id"},
+    },
+    "PostFeedback": {
+        "operationId": "post_feedback_v1_events__event_id__feedback_post",
+        "parameters": {"event_id": "$response.body#/event_id"},
+    },
+}
+
 
 @router.post(
     "",
     response_model=IngestResult,
     status_code=status.HTTP_202_ACCEPTED,
     responses={
-        200: {"model": IngestResult, "description": "Already known: nothing new was stored."},
+        202: {"description": "Committed; judged in the background.", "links": _EVENT_LINKS},
+        200: {
+            "model": IngestResult,
+            "description": "Already known: nothing new was stored.",
+            "links": _EVENT_LINKS,
+        },
         409: {"model": ErrorBody, "description": "The event_id is used by a different event."},
         413: {"model": ErrorBody, "description": "The body is over max_body_bytes."},
         429: {"model": ErrorBody, "description": "The tenant is over its rate; see Retry-After."},
@@ -63,7 +81,11 @@ def post_event(event: EventIn, response: Response, state: StateDep, caller: Call
     if result.status == "duplicate":
         response.status_code = status.HTTP_200_OK
     elif result.status == "rejected":
-        raise HTTPException(status.HTTP_409_CONFLICT, detail=result.error)
+        conflict = result.error == CONFLICT_MESSAGE
+        raise HTTPException(
+            status.HTTP_409_CONFLICT if conflict else status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=result.error,
+        )
     return result
 
 
@@ -108,7 +130,7 @@ def get_event(event_id: str, state: StateDep, caller: Caller) -> EventView:
     with session_scope(state.runtime.engine) as session:
         event = event_store.find_event(session, caller.tenant, event_id)
         if event is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!a}")
         stored = event_store.stored_event(session, event)
     return _view(stored)
 
@@ -118,10 +140,16 @@ def post_feedback(
     event_id: str, feedback: FeedbackIn, state: StateDep, caller: Caller
 ) -> dict[str, Any]:
     """Attach the answer's grade (1-5) and/or correctness to an event, possibly long after it."""
+    problems = check_feedback_limits(feedback, state.runtime.settings)
+    if problems:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail="; ".join(problems))
+    redactor = state.runtime.redactor
+    if redactor and feedback.response is not None:
+        feedback = feedback.model_copy(update={"response": redactor.redact(feedback.response)})
     with session_scope(state.runtime.engine) as session:
         event = event_store.find_event(session, caller.tenant, event_id)
         if event is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!a}")
         event_store.record_feedback(session, event, feedback)
         session.commit()
         labels = {"app": event.app, "retriever": event.retriever, "environment": event.environment}

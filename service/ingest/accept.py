@@ -25,7 +25,13 @@ from service.ingest.sampling import decide
 from service.ingest.signals import Signals, compute_signals, looks_bad
 from service.queue import TaskSender, urgent_queue
 from service.runtime import Runtime
-from service.schemas import EventIn, IngestResult, check_limits
+from service.schemas import (
+    MAX_ID_CHARS,
+    MAX_LABEL_COLUMN_CHARS,
+    EventIn,
+    IngestResult,
+    check_limits,
+)
 from service.settings import Settings
 from service.store import events as event_store
 from service.store.engine import session_scope
@@ -40,6 +46,9 @@ class Rejection:
     reason: str  # a bounded metric label: invalid, empty_retrieval, limits, conflict
     message: str
     empty_retrieval: dict[str, str] | None = None  # its labels, when no passage was sent
+
+
+CONFLICT_MESSAGE = "event_id already used for a different event"
 
 
 def new_event_id() -> str:
@@ -76,18 +85,41 @@ def empty_retrieval_labels(raw: object) -> dict[str, str] | None:
 
 
 def redact_event(event: EventIn, redactor: Redactor) -> EventIn:
-    """The event with its texts masked; every later stage only ever sees this copy."""
+    """The event with every free text masked; every later stage only ever sees this copy.
+
+    Ids and labels are masked too (an email makes a fine passage id), and cut back to their
+    column's width should a mask be longer than what it hides. The event_id is the exception:
+    it is the client's handle on the event, and its pattern admits no "@" or space.
+    """
     if not redactor:
         return event
-    return event.model_copy(
-        update={
-            "query": redactor.redact(event.query),
-            "passages": [
-                p.model_copy(update={"text": redactor.redact(p.text)}) for p in event.passages
-            ],
-            "response": redactor.redact(event.response) if event.response else event.response,
-        }
-    )
+
+    def text(value: str) -> str:
+        return redactor.redact(value)
+
+    def ident(value: str, width: int = MAX_ID_CHARS) -> str:
+        return redactor.redact(value)[:width]
+
+    def label(value: str | None) -> str | None:
+        return None if value is None else ident(value, MAX_LABEL_COLUMN_CHARS)
+
+    update: dict[str, Any] = {
+        "app": label(event.app),
+        "retriever": label(event.retriever),
+        "environment": label(event.environment),
+        "query": text(event.query),
+        "passages": [
+            p.model_copy(update={"text": text(p.text), "id": None if p.id is None else ident(p.id)})
+            for p in event.passages
+        ],
+        "response": None if event.response is None else text(event.response),
+        "metadata": redactor.redact_json(event.metadata),
+    }
+    if event.candidates is not None:
+        update["candidates"] = [c.model_copy(update={"id": ident(c.id)}) for c in event.candidates]
+    if event.gold_passage_ids is not None:
+        update["gold_passage_ids"] = [ident(g) for g in event.gold_passage_ids]
+    return event.model_copy(update=update)
 
 
 def _explain(exc: ValidationError) -> str:
@@ -207,8 +239,17 @@ class Ingestor:
                 )
                 session.commit()
                 self.backpressure.record_commit(time.perf_counter() - started)
-            except IntegrityError:
-                # Another request inserted one of these ids between our check and our insert.
+            except Exception as exc:
+                # IntegrityError: another request inserted one of these ids between our check
+                # and our insert. A refused value: one event's own fault, so it alone fails.
+                if not isinstance(exc, IntegrityError) and not event_store.refused_by_store(exc):
+                    raise
+                if not isinstance(exc, IntegrityError):
+                    log.warning(
+                        "the database refused a batch of %d (%s); storing the events one by one",
+                        len(named),
+                        type(exc).__name__,
+                    )
                 session.rollback()
                 stored = event_store.insert_events_one_by_one(
                     session, tenant, named, event_store.utcnow(), initial
@@ -231,13 +272,18 @@ class Ingestor:
             elif outcome.outcome == "duplicate":
                 counts.duplicate(key)
                 results.append(IngestResult(event_id=outcome.event_id, status="duplicate"))
+            elif outcome.outcome == "refused":
+                count_rejected(delta, "invalid")
+                results.append(
+                    IngestResult(
+                        event_id=outcome.event_id, status="rejected", error=outcome.refusal
+                    )
+                )
             else:
                 count_rejected(delta, "conflict")
                 results.append(
                     IngestResult(
-                        event_id=outcome.event_id,
-                        status="rejected",
-                        error="event_id already used for a different event",
+                        event_id=outcome.event_id, status="rejected", error=CONFLICT_MESSAGE
                     )
                 )
         counts.add_to(delta)

@@ -25,7 +25,8 @@ def count_rejected(
     empty_retrieval: Mapping[str, str] | None = None,
 ) -> None:
     """``events`` refused for ``reason``, a bounded label set by the path that refused them:
-    validation (invalid, empty_retrieval, limits), the insert (conflict), admission
+    validation (invalid, empty_retrieval, limits), the insert (conflict; invalid when the database
+    refuses a value of that one event), admission
     (rate_limited, backlog, slow_database) or the single-event writer (stopping, queue_full,
     unconfirmed, store_failed, invalid).
 

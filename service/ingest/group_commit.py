@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from kombu.exceptions import OperationalError as BrokerError
 from redis import RedisError
-from sqlalchemy.exc import DataError, InterfaceError, OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service.schemas import EventIn, IngestResult
@@ -53,12 +53,12 @@ WAIT_SECONDS = 60.0
 
 
 class NotStoredError(Exception):
-    """The event was not (or not surely) stored: 503 with Retry-After, or 422 when the database
-    refused the event's own data (retrying would not help)."""
+    """The event was not (or not surely) stored: 503 with Retry-After. (A value the database
+    refuses is not this: the event's own result says "rejected", see Ingestor.ingest.)"""
 
     def __init__(self, reason: str, message: str, status_code: int = 503) -> None:
         super().__init__(message)
-        # A bounded metric label: queue_full, stopping, store_failed, unconfirmed, invalid.
+        # A bounded metric label: queue_full, stopping, store_failed, unconfirmed.
         self.reason = reason
         self.status_code = status_code
 
@@ -184,15 +184,6 @@ class GroupCommitter:
                 for pending in items:
                     self._commit_tenant(tenant, [pending])
                 return
-            if isinstance(exc, DataError):  # alone here: the database refused this event
-                log.warning("the database refused an event: %s", _first_line(exc))
-                _fail(
-                    items[0],
-                    NotStoredError(
-                        "invalid", f"the database refused the event: {_first_line(exc)}", 422
-                    ),
-                )
-                return
             log.error("could not store %d event(s)", len(items), exc_info=exc)
             cause = (
                 "the database or the broker is unavailable"
@@ -210,8 +201,3 @@ class GroupCommitter:
 def _fail(pending: _Pending, error: NotStoredError) -> None:
     if not pending.future.done():
         pending.future.set_exception(error)
-
-
-def _first_line(exc: DataError) -> str:
-    # The driver's message without the statement and its parameters (which hold event text).
-    return (str(exc.orig).strip().splitlines() or ["invalid data"])[0]

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+import psycopg
 from sqlalchemy import func, select, update
 from sqlalchemy import text as sql_text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlmodel import Session, col
 
 from service.schemas import EventIn, FeedbackIn
+from service.storable import text_problem
 from service.store.lookups import lookup_each, unnest_keys
 from service.store.models import (
     Event,
@@ -47,7 +50,7 @@ def passage_key(passage_id: str | None, content_hash: str) -> str:
     return passage_id if passage_id is not None else f"sha256:{content_hash[:16]}"
 
 
-IngestOutcome = Literal["accepted", "duplicate", "conflict"]
+IngestOutcome = Literal["accepted", "duplicate", "conflict", "refused"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,34 @@ class InsertResult:
     event_id: str
     outcome: IngestOutcome
     pk: int | None
+    refusal: str | None = None  # why the database refused the event (outcome "refused")
+
+
+# Errors a statement raises without reaching the database: a value the driver cannot send.
+_UNSENDABLE: tuple[type[Exception], ...] = (ValueError, TypeError, OverflowError, RecursionError)
+_REFUSED = (DataError, psycopg.DataError, sqlite3.DataError, *_UNSENDABLE)
+
+
+def refused_by_store(exc: BaseException) -> bool:
+    """The database or its driver refused a value of the event itself: retrying cannot help,
+    and the event's own request (or batch slot) should be told so.
+
+    The bodies are checked to be storable before this point (``service/storable.py``); this
+    is the safety net for whatever that check misses, so a miss costs one event a 422, never a
+    batch or a 503. The passages go to the driver directly (COPY), whose errors are not wrapped.
+    """
+    if isinstance(exc, _REFUSED):
+        return True
+    if isinstance(exc, StatementError) and not isinstance(exc, DBAPIError):
+        return isinstance(exc.orig, _UNSENDABLE)  # raised while SQLAlchemy bound the values
+    return False
+
+
+def refusal_message(exc: BaseException) -> str:
+    # The first line only: the rest of a driver message quotes the statement and its values.
+    cause = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
+    first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    return f"the database refused the event: {first[:200]}"
 
 
 def _event_row(tenant: str, event_id: str, event: EventIn, now: datetime) -> dict[str, Any]:
@@ -228,16 +259,24 @@ def insert_events_one_by_one(
     now: datetime,
     initial: Mapping[str, InitialState] | None = None,
 ) -> list[InsertResult]:
-    """Slow path after a unique-key race: each event in its own transaction."""
+    """Slow path after a unique-key race or a refused value: each event in its own
+    transaction, so one event the database refuses is that event's outcome alone."""
     results: list[InsertResult] = []
     for item in events:
         try:
-            results.extend(insert_events(session, tenant, [item], now, initial))
-            session.commit()
-        except IntegrityError:
+            try:
+                outcome = insert_events(session, tenant, [item], now, initial)
+                session.commit()
+            except IntegrityError:
+                session.rollback()
+                outcome = insert_events(session, tenant, [item], now, initial)
+                session.commit()
+        except Exception as exc:
+            if not refused_by_store(exc):
+                raise
             session.rollback()
-            results.extend(insert_events(session, tenant, [item], now, initial))
-            session.commit()
+            outcome = [InsertResult(item[0], "refused", None, refusal_message(exc))]
+        results.extend(outcome)
     return results
 
 
@@ -280,6 +319,9 @@ def as_utc(moment: datetime | None) -> datetime | None:
 
 
 def find_event(session: Session, tenant: str, event_id: str) -> Event | None:
+    # An id no store can hold names no stored event (PostgreSQL would refuse the lookup itself).
+    if text_problem(event_id) is not None:
+        return None
     return session.execute(
         select(Event).where(col(Event.tenant) == tenant, col(Event.event_id) == event_id)
     ).scalar_one_or_none()

@@ -125,7 +125,9 @@ def read_call(messages: list[dict[str, Any]]) -> JudgeCall:
     decoded_lines: dict[int, str] = {}  # line index -> its decoded JSON string
     passages: list[tuple[str, str]] = []
     own_lines: list[int] = []  # each passage's line, -1 when it did not decode
-    lines = user.split("\n")
+    # Split as the strictest reader does (str.splitlines also breaks on U+2028, NEL, vertical
+    # tab...): a passage that survives this cannot forge a line for any reader.
+    lines = user.splitlines()
     for index, line in enumerate(lines):
         if line.startswith("Query: ") and query is None:
             raw = line.removeprefix("Query: ")

@@ -48,13 +48,13 @@ def post_raw(client: TestClient, body: bytes) -> tuple[int, str]:
         ),
         (
             json.dumps(make_event(passages=[{"text": "p", "score": float("inf")}])).encode(),
-            "finite number",
+            "passages[0].score holds inf",
         ),
         (
             json.dumps(
                 {**make_event(), "candidates": [{"id": "c", "score": float("-inf")}]}
             ).encode(),
-            "finite number",
+            "candidates[0].score holds -inf",
         ),
     ],
 )

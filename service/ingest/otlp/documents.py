@@ -36,7 +36,8 @@ def openinference_documents(attributes: Mapping[str, object], prefix: str) -> li
         if not key.startswith(start):
             continue
         index, _, rest = key[len(start) :].partition(".")
-        if index.isdigit() and rest.startswith("document."):
+        # ASCII digits only: str.isdigit() also takes "²" or "٣", which int() refuses.
+        if index.isascii() and index.isdigit() and rest.startswith("document."):
             fields.setdefault(int(index), {})[rest[len("document.") :]] = value
     return [
         Document(
@@ -110,7 +111,7 @@ def _decoded(value: object) -> object:
     if isinstance(value, str):
         try:
             decoded: object = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return value
         return decoded
     return value

@@ -16,6 +16,7 @@ a hash of their text; a repeated id gets ``#2``, ``#3``... so each rank stays it
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -33,7 +34,10 @@ from service.ingest.otlp.documents import (
 )
 from service.ingest.otlp.rules import as_mapping, resolve_int, resolve_text
 from service.settings import Settings
+from service.storable import EARLIEST, LATEST
 from service.store.events import passage_key, text_hash
+
+log = logging.getLogger(__name__)
 
 OPENINFERENCE_KIND = "openinference.span.kind"
 TRACELOOP_KIND = "traceloop.span.kind"
@@ -108,7 +112,13 @@ def map_request(decoded: DecodedRequest, config: MappingConfig) -> MappedRequest
     mapped = MappedRequest([], [], 0)
     seen: set[str] = set()
     for span in decoded.spans:
-        outcome = map_span(span, config)
+        try:
+            outcome = map_span(span, config)
+        except Exception as exc:  # never the whole request: the exporter would retry it forever
+            # The type only: a traceback's message can quote attribute text, which is not redacted.
+            log.warning("OTLP span %s could not be mapped (%s)", span.span_id, type(exc).__name__)
+            message = f"span {span.name[:80]!a}: could not be read ({type(exc).__name__})"
+            outcome = Rejection(None, "invalid", message)
         if outcome is None:
             mapped.ignored += 1
         elif isinstance(outcome, Rejection):
@@ -124,7 +134,7 @@ def map_span(span: Span, config: MappingConfig) -> dict[str, Any] | Rejection | 
     retrieval = find_retrieval(span, config)
     if retrieval is None:
         return None
-    what = f"span {span.name[:80]!r} ({retrieval.source})"
+    what = f"span {span.name[:80]!a} ({retrieval.source})"
     if len(span.trace_id) != 32 or len(span.span_id) != 16 or not int(span.trace_id or "0", 16):
         return Rejection(None, "invalid", f"{what}: invalid trace or span id")
     event_id = event_id_for(span)
@@ -163,8 +173,9 @@ def map_span(span: Span, config: MappingConfig) -> dict[str, Any] | Rejection | 
             "otel.source": retrieval.source,
         },
     }
-    if span.start_time_unix_nano > 0:
-        event["timestamp"] = _timestamp(span.start_time_unix_nano).isoformat()
+    start = _timestamp(span.start_time_unix_nano) if span.start_time_unix_nano > 0 else None
+    if start is not None:
+        event["timestamp"] = start.isoformat()
     k = resolve_int(config.k_rules, span)
     if k is not None and k >= 1:
         event["k"] = min(k, len(retrieval.passages))
@@ -302,13 +313,18 @@ def _candidates(documents: list[Document], config: MappingConfig) -> list[dict[s
 
 
 def _unique(ids: Sequence[str]) -> list[str]:
+    # The next suffix to try is kept per id, so n copies of one id cost O(n), not O(n^2).
     used: set[str] = set()
+    next_suffix: dict[str, int] = {}
     unique: list[str] = []
     for identifier in ids:
-        candidate, count = identifier, 1
+        candidate, count = identifier, next_suffix.get(identifier, 1)
+        if count > 1:
+            candidate = f"{identifier}#{count}"
         while candidate in used:
             count += 1
             candidate = f"{identifier}#{count}"
+        next_suffix[identifier] = count + 1
         used.add(candidate)
         unique.append(candidate)
     return unique
@@ -324,9 +340,15 @@ def _optional_label(value: str | None, config: MappingConfig) -> str | None:
     return _label(value, config) if value else None
 
 
-def _timestamp(unix_nano: int) -> datetime:
+def _timestamp(unix_nano: int) -> datetime | None:
+    """The span's start, or None when it is outside what a store keeps (the event then takes
+    its arrival time, as when no start is sent)."""
     seconds, nanos = divmod(unix_nano, 1_000_000_000)
-    return datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=nanos // 1000)
+    try:
+        moment = datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=nanos // 1000)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return moment if EARLIEST <= moment < LATEST else None
 
 
 def _json_or_text(value: object) -> object:
@@ -337,7 +359,7 @@ def _json_or_text(value: object) -> object:
         if value.lstrip().startswith("["):
             try:
                 listed: object = json.loads(value)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return value
             return listed
     return value

@@ -46,7 +46,7 @@ def as_mapping(value: object) -> Mapping[str, object] | None:
     if isinstance(value, str) and value.lstrip().startswith("{"):
         try:
             decoded = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         return decoded if isinstance(decoded, dict) else None
     return None
@@ -92,6 +92,10 @@ def resolve_int(rules: Sequence[str], span: Span) -> int | None:
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value.strip())
+        if isinstance(value, str):
+            text = value.strip()
+            digits = text.removeprefix("-")
+            # ASCII and short: int() refuses "²" and is slow on thousands of digits.
+            if digits.isascii() and digits.isdigit() and len(digits) <= 18:
+                return int(text)
     return None
