@@ -291,6 +291,17 @@ def _ask(runtime: Runtime, judge: Judge, item: _Work) -> tuple[JudgeReply, Delta
     return reply, spent
 
 
+def gold_positions(ranked_ids: Sequence[str], gold: set[str]) -> list[bool]:
+    """Per position sent, whether it holds a gold passage; a repeated id (two id-less passages
+    with the same text) counts at its first position only, so no gold passage counts twice."""
+    seen: set[str] = set()
+    marks: list[bool] = []
+    for passage_id in ranked_ids:
+        marks.append(passage_id in gold and passage_id not in seen)
+        seen.add(passage_id)
+    return marks
+
+
 def _judging_result(runtime: Runtime, item: _Work) -> judging_store.JudgingResult:
     settings = runtime.settings
     event, plan, reply = item.event, item.plan, item.reply
@@ -316,13 +327,15 @@ def _judging_result(runtime: Runtime, item: _Work) -> judging_store.JudgingResul
     from_cache = [
         p.content_hash in item.cached and p.content_hash not in sent_hashes for p in event.passages
     ]
-    gold = set(event.gold_passage_ids) if event.gold_passage_ids is not None else None
+    gold = set(event.gold_passage_ids) if event.gold_passage_ids else None
     labels = EventLabels(
         grades=grades,
         k=event.k,
         threshold=settings.relevance_threshold,
         context_rating=context_rating,
-        gold_relevant=[p.passage_id in gold for p in event.passages] if gold is not None else None,
+        gold_relevant=gold_positions([p.passage_id for p in event.passages], gold)
+        if gold is not None
+        else None,
         n_gold=len(gold) if gold is not None else None,
     )
     measures = compute_measures(labels, settings.alpha)

@@ -145,7 +145,7 @@ def refuse_if_needed(state: AppState, caller: Principal, events: int) -> None:
 
 def _view(stored: event_store.StoredEvent) -> EventView:
     event, score = stored.event, stored.score
-    gold = set(event.gold_passage_ids) if event.gold_passage_ids is not None else None
+    gold = set(event.gold_passage_ids) if event.gold_passage_ids else None
     passages = []
     for passage in stored.passages:
         judgment = stored.judgments.get(passage.rank)

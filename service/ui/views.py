@@ -105,7 +105,7 @@ class PassageRow:
 
 def passage_rows(stored: StoredEvent) -> list[PassageRow]:
     event = stored.event
-    gold = set(event.gold_passage_ids) if event.gold_passage_ids is not None else None
+    gold = set(event.gold_passage_ids) if event.gold_passage_ids else None
     terms = query_terms(event.query)
     rows = []
     for passage in stored.passages:
