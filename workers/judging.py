@@ -324,6 +324,10 @@ def _judging_result(runtime: Runtime, item: _Work) -> judging_store.JudgingResul
                 new_entries[item.ctx_key] = context_rating
     sent_hashes = {event.passages[i].content_hash for i in plan.send}
     grades = [by_hash.get(p.content_hash) for p in event.passages]
+    similarity_by_hash: dict[str, float] = {}
+    if reply is not None and reply.similarities is not None:
+        for index, similarity in zip(plan.send, reply.similarities, strict=True):
+            similarity_by_hash[event.passages[index].content_hash] = similarity
     from_cache = [
         p.content_hash in item.cached and p.content_hash not in sent_hashes for p in event.passages
     ]
@@ -341,6 +345,9 @@ def _judging_result(runtime: Runtime, item: _Work) -> judging_store.JudgingResul
     measures = compute_measures(labels, settings.alpha)
     return judging_store.JudgingResult(
         grades=grades,
+        similarities=[similarity_by_hash.get(p.content_hash) for p in event.passages]
+        if similarity_by_hash
+        else None,
         from_cache=from_cache,
         context_rating=context_rating,
         calls=reply.calls if reply else 0,
