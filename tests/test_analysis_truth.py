@@ -121,6 +121,7 @@ def test_repeated_texts_keep_every_passage_at_the_rank_it_was_sent(
     assert found["status"] == "judged"
     assert found["measures"]["recall"] == 1.0
     assert found["measures"]["ndcg_gold"] == 1.0
+    assert [p["gold"] for p in found["passages"]] == [True, False, False]
 
     gold = gold_report(client)
     assert gold["events"] == 2

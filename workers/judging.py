@@ -24,7 +24,7 @@ from typing import Literal
 from sqlalchemy.exc import IntegrityError
 
 from service.ingest.ratelimit import TokenBucket
-from service.measures.formulas import EventLabels, compute_measures
+from service.measures.formulas import EventLabels, compute_measures, first_gold_ranks
 from service.runtime import Runtime
 from service.spend.budget import BudgetExhaustedError, reserve_call, settle_call
 from service.store import events as event_store
@@ -291,15 +291,9 @@ def _ask(runtime: Runtime, judge: Judge, item: _Work) -> tuple[JudgeReply, Delta
     return reply, spent
 
 
-def gold_positions(ranked_ids: Sequence[str], gold: set[str]) -> list[bool]:
-    """Per position sent, whether it holds a gold passage; a repeated id (two id-less passages
-    with the same text) counts at its first position only, so no gold passage counts twice."""
-    seen: set[str] = set()
-    marks: list[bool] = []
-    for passage_id in ranked_ids:
-        marks.append(passage_id in gold and passage_id not in seen)
-        seen.add(passage_id)
-    return marks
+def _gold_marks(ranked_ids: list[str], gold: set[str]) -> list[bool]:
+    ranks = set(first_gold_ranks(ranked_ids, gold))
+    return [rank in ranks for rank in range(1, len(ranked_ids) + 1)]
 
 
 def _judging_result(runtime: Runtime, item: _Work) -> judging_store.JudgingResult:
@@ -337,7 +331,7 @@ def _judging_result(runtime: Runtime, item: _Work) -> judging_store.JudgingResul
         k=event.k,
         threshold=settings.relevance_threshold,
         context_rating=context_rating,
-        gold_relevant=gold_positions([p.passage_id for p in event.passages], gold)
+        gold_relevant=_gold_marks([p.passage_id for p in event.passages], gold)
         if gold is not None
         else None,
         n_gold=len(gold) if gold is not None else None,

@@ -10,26 +10,12 @@ import numpy as np
 from service.analysis.calibration import LabelPair
 from service.analysis.correlation import JudgedTraffic
 from service.analysis.gold import GoldEvent
+from service.measures.formulas import first_gold_ranks
 from service.store.analysis import AnalysisEvent, GoldJudgment
 
 
 def _or_nan(value: int | None) -> float:
     return np.nan if value is None else float(value)
-
-
-def first_gold_ranks(ranked: Sequence[str], wanted: set[str]) -> tuple[int, ...]:
-    """1-based ranks, as sent, of each gold id's first occurrence.
-
-    Two id-less passages with the same text share a derived id; the repeat keeps its own rank
-    (so every later passage keeps its position) and is not counted as a second gold passage.
-    """
-    seen: set[str] = set()
-    ranks: list[int] = []
-    for rank, pid in enumerate(ranked, start=1):
-        if pid in wanted and pid not in seen:
-            seen.add(pid)
-            ranks.append(rank)
-    return tuple(ranks)
 
 
 def judged_traffic(

@@ -17,7 +17,7 @@ A measure that cannot be computed is ``None`` (``NaN`` in the batch form), never
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +85,21 @@ def _gains(gains: ArrayLike) -> FloatArray:
     if np.any(values < 0) or np.any(np.isnan(values)):
         raise ValueError("gains must be non-negative numbers")
     return values
+
+
+def first_gold_ranks(ranked_ids: Sequence[str], gold_ids: Collection[str]) -> tuple[int, ...]:
+    """1-based ranks, as sent, of each gold id's first occurrence.
+
+    Two id-less passages with the same text share a derived id: the repeat keeps its own rank
+    (every later passage keeps its position) and is not a second gold passage.
+    """
+    seen: set[str] = set()
+    ranks: list[int] = []
+    for rank, passage_id in enumerate(ranked_ids, start=1):
+        if passage_id in gold_ids and passage_id not in seen:
+            seen.add(passage_id)
+            ranks.append(rank)
+    return tuple(ranks)
 
 
 def relevant_in_top(rel: ArrayLike, k: int) -> int:
