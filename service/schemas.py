@@ -106,7 +106,10 @@ class EventIn(StorableBody):
         None, description="The first-stage list when a reranker sits before the prompt."
     )
     gold_passage_ids: list[PassageId] | None = Field(
-        None, description="Hand-marked passage ids that answer the query (gold traffic)."
+        None,
+        description="Hand-marked passage ids that answer the query (gold traffic): at least "
+        "one; a repeated id counts once. Leave the field out when no passage is marked.",
+        json_schema_extra={"minItems": 1},
     )
     response: str | None = Field(None, description="The answer the model wrote.")
     response_grade: int | None = Field(None, ge=1, le=5, description="Answer quality 1-5.")
@@ -124,6 +127,18 @@ class EventIn(StorableBody):
         if not value.strip():
             raise ValueError("query is empty")
         return value
+
+    @field_validator("gold_passage_ids")
+    @classmethod
+    def gold_ids_given(cls, value: list[str] | None) -> list[str] | None:
+        # An empty list would make a gold event with N_p = 0: recall undefined, F and nDCG
+        # meaningless. No gold passage is said by leaving the field out.
+        if value is not None and not value:
+            raise ValueError(
+                "gold_passage_ids is empty: list at least one gold passage id, or leave the "
+                "field out when the query has none marked"
+            )
+        return None if value is None else list(dict.fromkeys(value))
 
     @field_validator("passages")
     @classmethod

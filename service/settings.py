@@ -60,7 +60,14 @@ class Settings(BaseSettings):
     local_judge_thresholds: tuple[float, float, float] = Field(
         (0.57, 0.63, 0.69),
         description="Cosine similarities at which the local judge gives grades 1, 2 and 3 "
-        "(fitted on half of SciFact's claims; see docs/judge.md).",
+        "(fitted on half of SciFact's claims; see docs/judge.md). A calibration "
+        "applied with `retrieval-monitor calibrate --apply` takes their place.",
+    )
+    local_judge_calibration_check_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="How often a worker looks for a newly applied local-judge calibration; "
+        "events judged after it switches carry the new thresholds' prompt version.",
     )
     local_judge_backend: Literal["auto", "onnx-int8", "onnx-fp32", "numpy"] = Field(
         "auto",

@@ -92,7 +92,10 @@ def postgres_url(postgres_server_url: str) -> str:
     engine = create_engine(postgres_server_url)
     with engine.begin() as conn:
         conn.execute(
-            text("TRUNCATE events, passages, judgments, judge_runs, label_cache, scores CASCADE")
+            text(
+                "TRUNCATE events, passages, judgments, judge_runs, label_cache, scores, "
+                "local_judge_calibrations CASCADE"
+            )
         )
     engine.dispose()
     return postgres_server_url

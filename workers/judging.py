@@ -24,7 +24,7 @@ from typing import Literal
 from sqlalchemy.exc import IntegrityError
 
 from service.ingest.ratelimit import TokenBucket
-from service.measures.formulas import EventLabels, compute_measures
+from service.measures.formulas import EventLabels, compute_measures, first_gold_ranks
 from service.runtime import Runtime
 from service.spend.budget import BudgetExhaustedError, reserve_call, settle_call
 from service.store import events as event_store
@@ -291,6 +291,11 @@ def _ask(runtime: Runtime, judge: Judge, item: _Work) -> tuple[JudgeReply, Delta
     return reply, spent
 
 
+def _gold_marks(ranked_ids: list[str], gold: set[str]) -> list[bool]:
+    ranks = set(first_gold_ranks(ranked_ids, gold))
+    return [rank in ranks for rank in range(1, len(ranked_ids) + 1)]
+
+
 def _judging_result(runtime: Runtime, item: _Work) -> judging_store.JudgingResult:
     settings = runtime.settings
     event, plan, reply = item.event, item.plan, item.reply
@@ -313,21 +318,30 @@ def _judging_result(runtime: Runtime, item: _Work) -> judging_store.JudgingResul
                 new_entries[item.ctx_key] = context_rating
     sent_hashes = {event.passages[i].content_hash for i in plan.send}
     grades = [by_hash.get(p.content_hash) for p in event.passages]
+    similarity_by_hash: dict[str, float] = {}
+    if reply is not None and reply.similarities is not None:
+        for index, similarity in zip(plan.send, reply.similarities, strict=True):
+            similarity_by_hash[event.passages[index].content_hash] = similarity
     from_cache = [
         p.content_hash in item.cached and p.content_hash not in sent_hashes for p in event.passages
     ]
-    gold = set(event.gold_passage_ids) if event.gold_passage_ids is not None else None
+    gold = set(event.gold_passage_ids) if event.gold_passage_ids else None
     labels = EventLabels(
         grades=grades,
         k=event.k,
         threshold=settings.relevance_threshold,
         context_rating=context_rating,
-        gold_relevant=[p.passage_id in gold for p in event.passages] if gold is not None else None,
+        gold_relevant=_gold_marks([p.passage_id for p in event.passages], gold)
+        if gold is not None
+        else None,
         n_gold=len(gold) if gold is not None else None,
     )
     measures = compute_measures(labels, settings.alpha)
     return judging_store.JudgingResult(
         grades=grades,
+        similarities=[similarity_by_hash.get(p.content_hash) for p in event.passages]
+        if similarity_by_hash
+        else None,
         from_cache=from_cache,
         context_rating=context_rating,
         calls=reply.calls if reply else 0,

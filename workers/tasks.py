@@ -32,6 +32,8 @@ from workers import judging
 from workers.celery_app import app
 from workers.judge import Judge, make_judge
 from workers.judge.base import TransientJudgeError
+from workers.judge.calibrated import CalibratedLocalJudge
+from workers.judge.local import LocalJudge
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +49,22 @@ def runtime() -> Runtime:
 
 
 @cache
+def _configured_judge() -> Judge | CalibratedLocalJudge:
+    settings = get_settings()
+    configured = make_judge(settings)
+    if isinstance(configured, LocalJudge):
+        return CalibratedLocalJudge(
+            configured, runtime().engine, settings.local_judge_calibration_check_seconds
+        )
+    return configured
+
+
 def judge() -> Judge:
-    return make_judge(get_settings())
+    """The configured judge; the local one with the calibration applied last, if any."""
+    configured = _configured_judge()
+    if isinstance(configured, CalibratedLocalJudge):
+        return configured.current()
+    return configured
 
 
 @cache

@@ -10,15 +10,12 @@ import numpy as np
 from service.analysis.calibration import LabelPair
 from service.analysis.correlation import JudgedTraffic
 from service.analysis.gold import GoldEvent
+from service.measures.formulas import first_gold_ranks
 from service.store.analysis import AnalysisEvent, GoldJudgment
 
 
 def _or_nan(value: int | None) -> float:
     return np.nan if value is None else float(value)
-
-
-def _unique(ids: Sequence[str]) -> list[str]:
-    return list(dict.fromkeys(ids))
 
 
 def judged_traffic(
@@ -43,14 +40,12 @@ def judged_traffic(
         for rank, grade in grades[event.pk].items():
             if 1 <= rank <= sent[row] and grade is not None:
                 matrix[row, rank - 1] = grade
-        if event.gold_passage_ids is not None:
-            wanted = set(event.gold_passage_ids)
+        if event.has_gold:
+            wanted = set(event.gold_passage_ids or ())
             n_gold[row] = len(wanted)
-            seen: set[str] = set()
-            for index, pid in enumerate(passage_ids.get(event.pk, [])[: sent[row]]):
-                if pid in wanted and pid not in seen:
-                    gold[row, index] = True
-                    seen.add(pid)
+            for rank in first_gold_ranks(passage_ids.get(event.pk, []), wanted):
+                if rank <= sent[row]:
+                    gold[row, rank - 1] = True
     return JudgedTraffic(
         grades=matrix,
         ks=np.array([e.k for e in judged], dtype=np.int64),
@@ -71,16 +66,16 @@ def gold_events(
     """Every event with at least one gold id, as a gold question."""
     out: list[GoldEvent] = []
     for event in events:
-        if not event.gold_passage_ids:
+        if not event.has_gold:
             continue
-        wanted = set(event.gold_passage_ids)
-        ranked = _unique(passage_ids.get(event.pk, []))
-        ranks = tuple(i + 1 for i, pid in enumerate(ranked) if pid in wanted)
+        wanted = set(event.gold_passage_ids or ())
+        ranked = passage_ids.get(event.pk, [])
+        ranks = first_gold_ranks(ranked, wanted)
         stage_depth = stage_found = None
         if event.candidates:
-            candidate_ids = _unique([str(c.get("id")) for c in event.candidates])
+            candidate_ids = [str(c.get("id")) for c in event.candidates]
             stage_depth = len(candidate_ids)
-            stage_found = sum(1 for pid in candidate_ids if pid in wanted)
+            stage_found = len(wanted.intersection(candidate_ids))
         out.append(
             GoldEvent(
                 k=min(event.k, max(len(ranked), 1)),

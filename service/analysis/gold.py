@@ -10,6 +10,9 @@ Definitions (one event = one question with hand-marked gold passages):
 - ceiling: hit at the k the prompt carries (each event's own k); MRR is at that k too.
 - conversion: correct answers among questions whose gold passage reached the prompt;
   predicted accuracy: ceiling x conversion; observed: correct answers among all questions.
+  Predicted and observed accuracy are both taken on the questions with an answer verdict (the
+  ceiling of the prediction too), so when every right answer had its gold passage in the prompt,
+  as the article's model assumes, the two are the same number; their ``n`` says on how many.
 """
 
 from __future__ import annotations
@@ -150,8 +153,12 @@ def predicted_accuracy(
 ) -> Estimate:
     """ceiling x conversion, with a bootstrap interval (a product of two proportions has no
     simple closed form). ``conversion_from``: take the conversion rate from other events, as
-    the article does to predict a retriever change from the old conversion rate."""
-    own = _Arrays.of(events)
+    the article does to predict a retriever change from the old conversion rate.
+
+    The ceiling is taken on the questions with an answer verdict only, the ones the observed
+    accuracy counts, so prediction and observation speak of the same questions (``n``).
+    """
+    own = _Arrays.of([e for e in events if e.answer_correct is not None])
     other = _Arrays.of(conversion_from) if conversion_from is not None else own
     n_own, n_other = own.hit_at_k.size, other.hit_at_k.size
     if n_own == 0 or n_other == 0:
@@ -268,10 +275,17 @@ def diagnose(report: GoldReport) -> list[str]:
     ceiling = report.ceiling
     detectable = stats.minimum_detectable_difference(ceiling.value, ceiling.n, ceiling.n)
     notes.append(
-        f"ceiling {ceiling.value:.3f} [{ceiling.low:.3f}, {ceiling.high:.3f}] from {ceiling.n} "
-        f"questions: against another {ceiling.n}, a change under {detectable:.2f} cannot be "
-        "told from noise"
+        f"ceiling {ceiling.value:.3f}, 95% interval [{ceiling.low:.3f}, {ceiling.high:.3f}], "
+        f"from {ceiling.n} questions; a comparison with another {ceiling.n} questions would "
+        f"detect a change of {detectable:.2f} or more 80% of the time (at the 5% level), and "
+        "would usually miss smaller ones"
     )
+    predicted = report.predicted_accuracy
+    if report.with_feedback and report.with_feedback < report.events:
+        notes.append(
+            f"predicted and observed accuracy are on the {predicted.n} questions with an answer "
+            f"verdict, of {report.events} gold questions"
+        )
     if report.with_feedback:
         retrieval, generation = report.retrieval_misses, report.generation_misses
         larger = "retrieval" if retrieval > generation else "generation"

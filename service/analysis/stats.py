@@ -5,7 +5,9 @@ against scipy in the tests only. Conventions:
 - correlations drop pairs where either value is NaN and return NaN when undefined (fewer than
   two pairs, or a constant variable), never a made-up 0;
 - intervals are two-sided at ``level`` (default 95%);
-- bootstraps take a ``seed`` so a report can be reproduced exactly.
+- bootstraps take a ``seed`` so a report can be reproduced exactly;
+- ranks treat values equal to ``TIE_DECIMALS`` decimals as tied: one measure reached by two
+  routes of float arithmetic (-0.7 and -0.6999999999999998) is one value, not two ranks.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ BOOTSTRAP_REPS = 2000
 NAN = float("nan")
 
 _NORMAL = NormalDist()
+# Far finer than any difference between two measure values, far coarser than float rounding.
+TIE_DECIMALS = 9
 
 
 def z_value(level: float = LEVEL) -> float:
@@ -56,9 +60,16 @@ def _pairs(x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
     return a[keep], b[keep]
 
 
+def settle(values: ArrayLike) -> FloatArray:
+    """The values rounded to ``TIE_DECIMALS``, so float noise cannot split a tie."""
+    array = np.asarray(values, dtype=np.float64)
+    settled: FloatArray = np.round(array, TIE_DECIMALS).astype(np.float64)
+    return settled
+
+
 def rankdata(values: ArrayLike) -> FloatArray:
-    """Ranks 1..n, ties sharing the average of the ranks they span."""
-    a = np.asarray(values, dtype=np.float64).reshape(-1)
+    """Ranks 1..n, ties (equal once settled) sharing the average of the ranks they span."""
+    a = settle(values).reshape(-1)
     n = a.size
     order = np.argsort(a)
     ordered = a[order]
@@ -139,6 +150,7 @@ def kendall_tau_b(x: ArrayLike, y: ArrayLike) -> float:
     in both are removed from C + D by inclusion-exclusion.
     """
     a, b = _pairs(x, y)
+    a, b = settle(a), settle(b)
     n = a.size
     if n < 2:
         return NAN
@@ -184,7 +196,7 @@ def correlation_interval(
 
 
 def _tie_groups(values: FloatArray) -> tuple[IntArray, int]:
-    unique, groups = np.unique(values, return_inverse=True)
+    unique, groups = np.unique(settle(values), return_inverse=True)
     return groups.astype(np.int64).reshape(-1), int(unique.size)
 
 

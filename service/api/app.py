@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from service.api import analysis, events, health, otlp
+from service.api import analysis, calibration, events, health, otlp
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
 from service.api.state import AppState
@@ -65,6 +65,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(events.router)
     app.include_router(otlp.router)
     app.include_router(analysis.router)
+    app.include_router(calibration.router)
     app.include_router(health.router)
     app.include_router(ui_router)
 

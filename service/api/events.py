@@ -12,6 +12,7 @@ from service.api.state import AppState
 from service.ingest.accept import CONFLICT_MESSAGE, Rejection, validate
 from service.ingest.group_commit import NotStoredError
 from service.measures.catalogue import MEASURE_NAMES
+from service.measures.formulas import first_gold_ranks
 from service.schemas import (
     ERROR_RESPONSES,
     BatchIn,
@@ -171,7 +172,8 @@ def refuse_if_needed(state: AppState, caller: Principal, events: int) -> None:
 
 def _view(stored: event_store.StoredEvent) -> EventView:
     event, score = stored.event, stored.score
-    gold = set(event.gold_passage_ids) if event.gold_passage_ids is not None else None
+    gold = set(event.gold_passage_ids) if event.gold_passage_ids else None
+    gold_ranks = first_gold_ranks([p.passage_id for p in stored.passages], gold or set())
     passages = []
     for passage in stored.passages:
         judgment = stored.judgments.get(passage.rank)
@@ -182,7 +184,7 @@ def _view(stored: event_store.StoredEvent) -> EventView:
                 grade=judgment.grade if judgment else None,
                 relevant=judgment.relevant if judgment else None,
                 in_top_k=passage.rank <= event.k,
-                gold=None if gold is None else passage.passage_id in gold,
+                gold=None if gold is None else passage.rank in gold_ranks,
             )
         )
     measures: dict[str, float | None] = {}

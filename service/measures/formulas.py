@@ -18,7 +18,7 @@ A measure that cannot be computed is ``None`` (``NaN`` in the batch form), never
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,6 +76,21 @@ def _gains(gains: ArrayLike) -> FloatArray:
     if np.any(values < 0) or np.any(np.isnan(values)):
         raise ValueError("gains must be non-negative numbers")
     return values
+
+
+def first_gold_ranks(ranked_ids: Sequence[str], gold_ids: Collection[str]) -> tuple[int, ...]:
+    """1-based ranks, as sent, of each gold id's first occurrence.
+
+    Two id-less passages with the same text share a derived id: the repeat keeps its own rank
+    (every later passage keeps its position) and is not a second gold passage.
+    """
+    seen: set[str] = set()
+    ranks: list[int] = []
+    for rank, passage_id in enumerate(ranked_ids, start=1):
+        if passage_id in gold_ids and passage_id not in seen:
+            seen.add(passage_id)
+            ranks.append(rank)
+    return tuple(ranks)
 
 
 def relevant_in_top(rel: ArrayLike, k: int) -> int:
@@ -141,11 +156,15 @@ def recall_at(rel: ArrayLike, k: int, n_rel: int) -> float | None:
 
 
 def t_measure(n_p: int, k: int, alpha: float) -> float:
-    """T(a) = (1 - a) * n_p - a * n_n / K (paper, Eq. 3)."""
+    """T(a) = (1 - a) * n_p - a * n_n / K (paper, Eq. 3).
+
+    n_n / K is divided first, so no relevant passage gives exactly -a whatever K is: a * K / K
+    rounds differently for different K, which would split the largest group of equal values.
+    """
     _check_k(k)
     _check_n_p(n_p, k)
     _check_alpha(alpha)
-    return (1.0 - alpha) * n_p - alpha * (k - n_p) / k
+    return (1.0 - alpha) * n_p - alpha * ((k - n_p) / k)
 
 
 def t_u_measure(n_p: int, k: int, alpha: float) -> float:
@@ -368,7 +387,8 @@ def compute_batch(
         "hit": (n_p > 0).astype(np.float64),
         "rr": np.where(n_p > 0, 1.0 / (first + 1.0), 0.0),
         "ndcg": _safe_divide((gains * discount).sum(axis=1), (ideal * discount).sum(axis=1)),
-        "t": (1.0 - alpha) * n_p - alpha * (k_float - n_p) / k_float,
+        # Divided first, as in t_measure: no relevant passage is exactly -alpha for every K.
+        "t": (1.0 - alpha) * n_p - alpha * ((k_float - n_p) / k_float),
         "t_u": (1.0 - alpha) * n_p - alpha * (k_float - n_p),
         "f_e": _safe_divide(n_p, alpha * k_float + (1.0 - alpha) * n_p_est),
         "k_over_np_est": np.where(

@@ -204,6 +204,9 @@ class JudgingResult:
     np_window: int
     alpha: float
     threshold: int
+    # Per passage, the local judge's cosine when it was computed now (None: an LLM judge, a
+    # cached label, a passage not sent).
+    similarities: Sequence[float | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -249,6 +252,7 @@ _SCORE_MEASURES = frozenset(MEASURE_NAMES)
 def _judging_rows(
     event: EventForJudging, who: JudgeIdentity, result: JudgingResult, now: datetime
 ) -> _JudgingRows:
+    similarities = result.similarities or [None] * len(event.passages)
     judgments = [
         {
             "event_pk": event.pk,
@@ -259,10 +263,11 @@ def _judging_rows(
             "grade": grade,
             "relevant": None if grade is None else grade >= result.threshold,
             "from_cache": cached,
+            "similarity": similarity,
             "created_at": now,
         }
-        for passage, grade, cached in zip(
-            event.passages, result.grades, result.from_cache, strict=True
+        for passage, grade, cached, similarity in zip(
+            event.passages, result.grades, result.from_cache, similarities, strict=True
         )
     ]
     run = {

@@ -89,6 +89,9 @@ class Judgment(SQLModel, table=True):
     grade: int | None = None
     relevant: bool | None = None
     from_cache: bool = False
+    # The local judge's query-passage cosine, kept so the judge can be calibrated on gold
+    # traffic without encoding anything again; None for an LLM judge or a cached label.
+    similarity: float | None = None
     created_at: datetime
 
 
@@ -160,6 +163,27 @@ class Score(SQLModel, table=True):
     f: float | None = None
     ndcg_gold: float | None = None
     created_at: datetime
+
+
+class LocalJudgeCalibration(SQLModel, table=True):
+    """Similarity thresholds fitted on a tenant's gold traffic and applied to the local judge.
+
+    The newest row whose ``encoder_version`` matches a worker's encoder sets that worker's
+    thresholds, and with them its prompt version, so labels under two calibrations never mix.
+    """
+
+    __tablename__ = "local_judge_calibrations"
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant: str = Field(max_length=100)
+    encoder_version: str = Field(max_length=50)  # the prompt version stem, e.g. sim-v1
+    thresholds: list[float] = Field(sa_column=Column(JSON, nullable=False))
+    prompt_version: str = Field(max_length=50)
+    fitted_queries: int
+    held_out_queries: int
+    held_out_kappa: float | None = None
+    report: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    applied_at: datetime
 
 
 class ApiKey(SQLModel, table=True):

@@ -13,6 +13,7 @@ from service.measures.catalogue import (
     MEASURE_NAMES,
     UNIT_INTERVAL_MEASURES,
 )
+from service.measures.formulas import first_gold_ranks
 from service.store.events import StoredEvent
 from service.ui.charts import Chart, line_chart
 from service.ui.queries import GroupOverview, JudgeSlice, Overview
@@ -107,7 +108,9 @@ class PassageRow:
 
 def passage_rows(stored: StoredEvent) -> list[PassageRow]:
     event = stored.event
-    gold = set(event.gold_passage_ids) if event.gold_passage_ids is not None else None
+    gold = set(event.gold_passage_ids) if event.gold_passage_ids else None
+    # A repeat of a gold passage (the same text sent twice without an id) is not gold again.
+    gold_ranks = first_gold_ranks([p.passage_id for p in stored.passages], gold or set())
     terms = query_terms(event.query)
     rows = []
     for passage in stored.passages:
@@ -119,7 +122,7 @@ def passage_rows(stored: StoredEvent) -> list[PassageRow]:
                 score=passage.score,
                 grade=judgment.grade if judgment else None,
                 relevant=judgment.relevant if judgment else None,
-                gold=None if gold is None else passage.passage_id in gold,
+                gold=None if gold is None else passage.rank in gold_ranks,
                 in_prompt=passage.rank <= event.k,
                 in_window=event.k < passage.rank <= 2 * event.k,
                 text=highlight(passage.text, terms) if passage.text else None,

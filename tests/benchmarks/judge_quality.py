@@ -10,7 +10,7 @@ encoder (numpy float32 by default, the one the thresholds were fitted with); ``-
 also encodes with a second one and reports how often the two give the same grade, under the
 service's default thresholds and under each one's own fitted thresholds. The queries are split
 in two halves at random (``--seed``): the similarity thresholds are fitted on one half
-(``workers.judge.calibrate``) and precision, recall, F1 and Cohen's kappa are reported on the
+(``service.analysis.threshold_fit``) and precision, recall, F1 and Cohen's kappa are reported on the
 other, per grade threshold (relevant = grade >= g), with 95% intervals from resampling queries.
 Vaswani is reported with SciFact's thresholds (does one calibration travel?) and with its own.
 
@@ -42,15 +42,15 @@ import numpy.typing as npt
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from service.replay.beir import BeirDataset, load_beir
-from service.replay.bm25 import Bm25Index
-from workers.judge.calibrate import (
+from service.analysis.threshold_fit import (
     Agreement,
     Interval,
     agreement,
     fit_thresholds,
     split_queries,
 )
+from service.replay.beir import BeirDataset, load_beir
+from service.replay.bm25 import Bm25Index
 from workers.judge.encoders import BACKENDS, Backend, load_encoder
 from workers.judge.local import grades_from_similarity, local_prompt_version
 

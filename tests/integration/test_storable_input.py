@@ -370,7 +370,11 @@ def _stored_event_ids(client: TestClient) -> list[str]:
         ("timestamp", "9999-12-31T23:59:59-14:00", "timestamp must be from 1970-01-01"),
         ("environment", "e" * 101, "at most 100 characters"),
         ("response", "r" * 32_001, "response too long: 32001 characters > max_response_chars"),
-        ("gold_passage_ids", ["g"] * 1_001, "too many gold_passage_ids: 1001 > max_gold_ids"),
+        (
+            "gold_passage_ids",
+            [f"g{i}" for i in range(1_001)],
+            "too many gold_passage_ids: 1001 > max_gold_ids",
+        ),
         ("gold_passage_ids", ["g" * 201], "at most 200 characters"),
         ("candidates", [{"id": f"c{i}"} for i in range(2_001)], "> max_candidates 2000"),
     ],

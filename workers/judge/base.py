@@ -20,6 +20,8 @@ class JudgeReply:
     latency_seconds: float
     # Answered calls by output mode (see prompt.OUTPUT_MODES); empty for the local judge.
     output_modes: dict[str, int] = field(default_factory=dict)
+    # The local judge's cosine per request passage, kept for calibration; None for an LLM.
+    similarities: tuple[float, ...] | None = None
 
 
 class TransientJudgeError(RuntimeError):

@@ -13,6 +13,7 @@ little, so its labels carry a prompt version of their own and never share a cach
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from functools import cached_property
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from service.analysis.local_calibration import local_prompt_version as prompt_version_of
 from service.settings import Settings
 from service.store.judging import JudgeIdentity
 from workers.judge.base import JudgeReply
@@ -35,14 +37,16 @@ LOCAL_JUDGE_NAME = "local-minilm-l6-v2"
 LOCAL_PROMPT_VERSION = "sim-v1"
 
 
-def local_prompt_version(thresholds: Sequence[float], backend: Backend = "numpy") -> str:
-    """``sim-v1@t1,t2,t3``: the mapping from similarity to grade is this judge's prompt.
-
-    The int8 encoder's labels are ``sim-v1-int8@t1,t2,t3``; both float32 encoders share the plain
-    version, their similarities being equal to float32 rounding.
+def encoder_version(backend: Backend = "numpy") -> str:
+    """The prompt version's stem: the int8 encoder's similarities differ a little, so its labels
+    are ``sim-v1-int8``; both float32 encoders share ``sim-v1``, being equal to float32 rounding.
     """
-    stem = f"{LOCAL_PROMPT_VERSION}-int8" if backend == "onnx-int8" else LOCAL_PROMPT_VERSION
-    return f"{stem}@" + ",".join(f"{t:g}" for t in thresholds)
+    return f"{LOCAL_PROMPT_VERSION}-int8" if backend == "onnx-int8" else LOCAL_PROMPT_VERSION
+
+
+def local_prompt_version(thresholds: Sequence[float], backend: Backend = "numpy") -> str:
+    """``sim-v1@t1,t2,t3``: the mapping from similarity to grade is this judge's prompt."""
+    return prompt_version_of(encoder_version(backend), thresholds)
 
 
 def grades_from_similarity(
@@ -84,6 +88,23 @@ class LocalJudge:
     def encoder(self) -> TextEncoder:
         return load_encoder(self.backend, cache_dir=self._cache_dir)
 
+    @property
+    def encoder_version(self) -> str:
+        return encoder_version(self.backend)
+
+    def with_thresholds(self, thresholds: Sequence[float]) -> LocalJudge:
+        """The same judge (and encoder, once loaded) grading with other thresholds, under the
+        prompt version those thresholds name."""
+        grades_from_similarity([], thresholds)
+        other = copy.copy(self)
+        other.thresholds = tuple(float(t) for t in thresholds)
+        other.identity = JudgeIdentity(
+            judge=LOCAL_JUDGE_NAME,
+            model=LOCAL_JUDGE_NAME,
+            prompt_version=local_prompt_version(other.thresholds, self.backend),
+        )
+        return other
+
     def grades_for(self, similarities: npt.ArrayLike) -> npt.NDArray[np.intp]:
         return grades_from_similarity(similarities, self.thresholds)
 
@@ -102,4 +123,5 @@ class LocalJudge:
             completion_tokens=0,
             malformed_replies=0,
             latency_seconds=time.perf_counter() - started,
+            similarities=tuple(float(s) for s in similarities),
         )

@@ -1,4 +1,4 @@
-"""Agreement with gold labels and the local judge's threshold fitting (workers.judge.calibrate)."""
+"""Agreement with gold labels and fitting the local judge's thresholds (analysis.threshold_fit)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from service.analysis.stats import cohens_kappa
-from workers.judge.calibrate import (
+from service.analysis.threshold_fit import (
     agreement,
     fit_threshold,
     fit_thresholds,
