@@ -23,6 +23,7 @@ from sqlalchemy import Engine, create_engine, inspect, update
 from service import ui
 from service.api.app import create_app
 from service.api.keys import key_hash, new_key
+from service.api.sessions import COOKIE_NAME
 from service.measures.formulas import EventLabels, compute_measures
 from service.schemas import EventIn
 from service.settings import Settings
@@ -32,7 +33,7 @@ from service.store.engine import make_engine, session_scope
 from service.store.keys import add_key
 from service.store.migrate import alembic_config, upgrade
 from service.store.models import Event, Passage
-from service.ui.auth import COOKIE_NAME, UI_HEADER, UI_HEADER_VALUE, safe_next
+from service.ui.auth import UI_HEADER, UI_HEADER_VALUE, safe_next
 from service.ui.charts import line_chart
 from service.ui.filters import bucket_seconds, parse_filter
 from service.ui.render import highlight, query_terms
@@ -414,7 +415,8 @@ def test_pages_need_a_login_and_the_cookie_is_strict(auth_settings: Settings) ->
         assert login.status_code == 303
         assert login.headers["location"] == "/ui/misses"
         cookie = login.headers["set-cookie"]
-        assert cookie.startswith(f"{COOKIE_NAME}={acme};")
+        assert cookie.startswith(f"{COOKIE_NAME}=")
+        assert acme not in cookie  # a session token, never the key itself
         assert "HttpOnly" in cookie
         assert "SameSite=strict" in cookie or "SameSite=Strict" in cookie
         assert "Path=/" in cookie
@@ -441,6 +443,48 @@ def test_pages_need_a_login_and_the_cookie_is_strict(auth_settings: Settings) ->
         logout = client.post("/ui/logout", follow_redirects=False)
         assert logout.status_code == 303
         assert f'{COOKIE_NAME}=""' in logout.headers["set-cookie"]
+
+
+def test_logout_ends_the_session_so_a_copied_cookie_stops_working(
+    auth_settings: Settings,
+) -> None:
+    key = make_key(auth_settings, "acme")
+    with TestClient(ui_app(auth_settings), base_url="http://testserver") as client:
+        login = client.post("/ui/login", data={"key": key}, follow_redirects=False)
+        token = login.cookies[COOKIE_NAME]
+        assert client.get("/ui/events", follow_redirects=False).status_code == 200
+        assert client.post("/ui/logout", follow_redirects=False).status_code == 303
+    with TestClient(ui_app(auth_settings), base_url="http://testserver") as replayed:
+        replayed.cookies.set(COOKIE_NAME, token)
+        page = replayed.get("/ui/events", follow_redirects=False)
+        assert page.status_code == 303  # back to the login form
+        assert replayed.get("/v1/misses/causes").status_code == 401
+
+
+def test_login_cookie_is_secure_behind_a_trusted_tls_proxy(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    upgrade(sqlite_url)
+
+    def login_cookie(trust: bool, forwarded: str) -> str:
+        settings = make_settings(
+            tmp_path, sqlite_url, redis_url, auth_required=True, trust_forwarded_proto=trust
+        )
+        key = make_key(settings, "acme")
+        with TestClient(ui_app(settings), base_url="http://testserver") as client:
+            login = client.post(
+                "/ui/login",
+                data={"key": key},
+                headers={"X-Forwarded-Proto": forwarded},
+                follow_redirects=False,
+            )
+            assert login.status_code == 303
+            return login.headers["set-cookie"]
+
+    assert "Secure" in login_cookie(trust=True, forwarded="https")
+    assert "Secure" not in login_cookie(trust=True, forwarded="http")
+    # Untrusted, the header is anyone's to send: it changes nothing.
+    assert "Secure" not in login_cookie(trust=False, forwarded="https")
 
 
 def test_login_refuses_cross_site_posts_and_foreign_redirects(auth_settings: Settings) -> None:

@@ -12,7 +12,8 @@ from fastapi.responses import JSONResponse
 
 from service import ui
 from service.api import analysis, events, health, otlp
-from service.api.body_limit import BodyLimitMiddleware
+from service.api.auth_gate import AuthGateMiddleware
+from service.api.body_limit import BodyLimitMiddleware, InflightBudget
 from service.api.deps import AppState
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
 from service.ingest.accept import empty_retrieval_labels
@@ -60,7 +61,20 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.rm = state
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        timeout_seconds=settings.body_timeout_seconds,
+        budget=InflightBudget(settings.max_inflight_body_bytes),
+    )
+    # Outside the body limit: the key is checked before any body is read or inflated.
+    app.add_middleware(
+        AuthGateMiddleware,
+        keys=state.keys,
+        sessions=state.sessions,
+        required=settings.auth_required,
+        max_unauthenticated_body_bytes=settings.max_unauthenticated_body_bytes,
+    )
     # Added last, so it is outermost and also counts what the body limit answers itself.
     app.add_middleware(HttpMetricsMiddleware, counter=responses)
     app.include_router(events.router)

@@ -10,15 +10,13 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from starlette.concurrency import run_in_threadpool
 
+from service.api.auth_gate import PRINCIPAL_STATE, key_from_headers
 from service.api.deps import AppState, app_state, request_state
 from service.api.keys import ANONYMOUS, Principal
 
 
 def presented_key(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    if header.lower().startswith("bearer "):
-        return header[7:].strip() or None
-    return request.headers.get("x-api-key") or None
+    return key_from_headers(request.headers)
 
 
 def current_principal(
@@ -44,8 +42,8 @@ def current_principal(
 
 
 def operations_access(request: Request, state: Annotated[AppState, Depends(app_state)]) -> None:
-    """/metrics: open unless RM_METRICS_AUTH is set, then an admin key is needed."""
-    if not state.runtime.settings.metrics_auth:
+    """/metrics: an admin key is needed when keys are required (or RM_METRICS_AUTH says so)."""
+    if not state.runtime.settings.metrics_need_key:
         return
     key = presented_key(request)
     principal = state.keys.principal(key) if key else None
@@ -65,6 +63,9 @@ async def caller_principal(
     thread pool."""
     if not state.runtime.settings.auth_required:
         return ANONYMOUS
+    checked: Principal | None = getattr(request.state, PRINCIPAL_STATE, None)
+    if checked is not None:  # the gate already looked the key up, before the body was read
+        return checked
     return await run_in_threadpool(current_principal, request, state)
 
 
