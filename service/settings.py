@@ -134,6 +134,19 @@ class Settings(BaseSettings):
         "body is read.",
     )
     max_batch_events: int = Field(1_000, ge=1, description="Most events in one batch request.")
+    max_label_sets_per_tenant: int = Field(
+        100,
+        ge=1,
+        description="Distinct (app, retriever, environment) label sets one tenant may export. "
+        "Past it, events are still stored and judged, but their series carry the value "
+        "__overflow__ and are counted in retrieval_monitor_label_sets_overflow_total.",
+    )
+    max_label_sets: int = Field(
+        1_000,
+        ge=1,
+        description="Distinct (tenant, app, retriever, environment) label sets exported by all "
+        "tenants together; past it, as past the per-tenant cap.",
+    )
     max_metadata_bytes: int = Field(4_096, ge=0, description="Largest metadata object, JSON bytes.")
     max_label_chars: int = Field(
         100, ge=1, description="Longest app, retriever or environment name (they are labels)."

@@ -12,10 +12,11 @@ from fastapi.responses import JSONResponse
 
 from service import ui
 from service.api import analysis, events, health, otlp
-from service.api.auth_gate import AuthGateMiddleware
+from service.api.auth_gate import TENANT_STATE, AuthGateMiddleware
 from service.api.body_limit import BodyLimitMiddleware, InflightBudget
 from service.api.deps import AppState
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
+from service.api.keys import DEFAULT_TENANT
 from service.ingest.accept import empty_retrieval_labels
 from service.runtime import Runtime
 from service.settings import Settings
@@ -86,7 +87,7 @@ def create_app(settings: Settings) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         if request.url.path.startswith("/v1/events") and request.method == "POST":
-            delta = Delta()
+            delta = Delta(getattr(request.state, TENANT_STATE, DEFAULT_TENANT))
             empty = empty_retrieval_labels(exc.body)
             delta.inc("events_rejected", {"reason": "empty_retrieval" if empty else "invalid"})
             if empty is not None:

@@ -23,6 +23,8 @@ from service.api.keys import KeyStore, Principal
 from service.api.sessions import COOKIE_NAME, SessionStore
 
 PRINCIPAL_STATE = "principal"
+# The tenant of a caller identified by a key or by the pages' session, for counting its rejections.
+TENANT_STATE = "tenant"
 # Paths whose callers are identified by an API key in a header (the ingest and read API).
 KEYED_PREFIX = "/v1/"
 # Request state key that tells the body limit how much an unidentified caller may send.
@@ -102,6 +104,7 @@ class AuthGateMiddleware:
         if credential.principal is None:
             await refuse(send, "unknown or revoked API key")
             return
+        state[TENANT_STATE] = credential.principal.tenant
         if not credential.from_cookie:
             # A session's changes still need the pages' header, which the routes check.
             state[PRINCIPAL_STATE] = credential.principal

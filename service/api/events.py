@@ -53,7 +53,7 @@ def post_event(event: EventIn, response: Response, state: State, caller: Caller)
     try:
         result = state.committer.store(caller.tenant, checked)
     except NotStoredError as exc:
-        delta = Delta()
+        delta = Delta(caller.tenant)
         delta.inc("events_rejected", {"reason": exc.reason})
         state.ingestor.count(delta)
         retry_after = str(state.runtime.settings.backpressure_retry_after_seconds)
@@ -127,7 +127,7 @@ def post_feedback(
         event_store.record_feedback(session, event, feedback)
         session.commit()
         labels = {"app": event.app, "retriever": event.retriever, "environment": event.environment}
-    delta = Delta()
+    delta = Delta(caller.tenant)
     delta.inc("feedback", labels)
     state.ingestor.count(delta)
     return {"event_id": event_id, "status": "recorded"}

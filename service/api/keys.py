@@ -62,7 +62,7 @@ class KeyStore:
         self.engine = engine
         self.redis = redis
         self._cache: dict[str, tuple[float, Principal | None]] = {}
-        self._epoch: bytes | None = None
+        self._epoch: object = None
         self._epoch_read_at = float("-inf")
 
     def principal(self, presented: str) -> Principal | None:

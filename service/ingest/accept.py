@@ -175,7 +175,7 @@ class Ingestor:
                     max(1, math.ceil(decision.retry_after_seconds)),
                 )
         if refusal is not None:
-            delta = Delta()
+            delta = Delta(tenant)
             delta.inc("events_rejected", {"reason": refusal.reason}, events)
             self.count(delta)
         return refusal
@@ -216,7 +216,7 @@ class Ingestor:
                     session, tenant, named, event_store.utcnow(), initial
                 )
 
-        delta = Delta()
+        delta = Delta(tenant)
         counts = IngestCounts()
         results: list[IngestResult] = []
         new_pks: list[int] = []

@@ -16,6 +16,7 @@ _NOT_FROM_LABELS = {"context_relevance", "recall", "f", "ndcg_gold"}
 
 @dataclass(frozen=True)
 class ExportLabels:
+    tenant: str
     app: str
     retriever: str
     environment: str
@@ -34,6 +35,7 @@ def score_delta(
 ) -> Delta:
     """``score`` and ``run`` are the column values of the scores and judge_runs rows."""
     labels = {
+        "tenant": who.tenant,
         "app": who.app,
         "retriever": who.retriever,
         "environment": who.environment,

@@ -3,9 +3,10 @@
 A browser cannot add an Authorization header to a page navigation, so the login form opens a
 session (``service.api.sessions``: a random token with an expiry, never the key itself) kept in an
 HttpOnly, SameSite=Strict cookie, and ``ui_principal`` accepts it beside the API's two headers.
-Logging out ends the session on the server. Changes made with the cookie (recording a miss cause) also need the ``X-Requested-By``
-header: a cross-site form cannot set it, and a cross-site fetch() that does is preflighted and
-refused, so a page elsewhere cannot act with the cookie.
+Logging out ends the session on the server. Changes made with the cookie (recording a miss
+cause) also need the ``X-Requested-By`` header: a cross-site form cannot set it, and a
+cross-site fetch() that does is preflighted and refused, so a page elsewhere cannot act with the
+cookie.
 """
 
 from __future__ import annotations
