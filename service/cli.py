@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -161,16 +162,22 @@ def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    from redis import Redis
+
+    from service.api.keys import announce_revocation
     from service.store import keys as keys_repository
     from service.store.engine import get_engine, session_scope
     from service.store.events import utcnow
 
-    if len(args.hash_prefix) < 8:
-        print("give at least 8 characters of the hash", file=sys.stderr)
+    if not re.fullmatch(r"[0-9a-f]{8,64}", args.hash_prefix):
+        print("give at least 8 hex characters of the hash (keys list)", file=sys.stderr)
         return 2
     with session_scope(get_engine(settings.database_url)) as session:
         count = keys_repository.revoke_keys(session, args.hash_prefix, utcnow())
         session.commit()
+    if count and settings.redis_url:
+        # Every API process drops its cached lookups within a second.
+        announce_revocation(Redis.from_url(settings.redis_url))
     print(f"revoked {count} key(s)")
     return 0 if count else 1
 
