@@ -138,16 +138,16 @@ def answers(served: Served, sockets: list[socket.socket], timeout: float) -> tup
             selector.register(sock, selectors.EVENT_READ)
         while len(statuses) < len(sockets) and time.monotonic() < deadline:
             for ready, _ in selector.select(timeout=0.05):
-                sock = ready.fileobj
-                assert isinstance(sock, socket.socket)
+                answered = ready.fileobj
+                assert isinstance(answered, socket.socket)
                 try:
-                    head = sock.recv(4096)
+                    head = answered.recv(4096)
                 except ConnectionResetError:
                     head = b""
-                statuses[sock] = (
+                statuses[answered] = (
                     int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/1.1 ") else -1
                 )
-                selector.unregister(sock)
+                selector.unregister(answered)
             peak = max(peak, served.rss())
     return [statuses.get(sock, 0) for sock in sockets], peak
 

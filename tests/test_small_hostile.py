@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlmodel import col
@@ -79,3 +80,26 @@ def test_a_revocation_reaches_a_process_that_cached_the_key(
         assert time.monotonic() < deadline, "the revocation did not reach the cached lookup"
         time.sleep(0.05)
     assert CACHE_SECONDS > 3 * EPOCH_CHECK_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/v1/analysis", {"since": "999999999999999999999d"}),
+        ("/v1/analysis", {"since": "1e300w"}),
+        ("/v1/analysis", {"since": "0001-01-01T00:00:00Z"}),
+        ("/v1/analysis", {"since": "2020-01-01", "until": "9999-12-31T23:59:59"}),
+        ("/v1/analysis/compare", {"since": "0001-01-01T00:00:00+14:00"}),
+        ("/v1/analysis/compare", {"baseline_since": "0001-01-02", "baseline_until": "2020-01-01"}),
+    ],
+)
+def test_windows_outside_the_calendar_are_422(
+    tmp_path: Path, store_url: str, redis_url: str, path: str, query: dict[str, str]
+) -> None:
+    settings = make_settings(tmp_path, store_url, redis_url)
+    with TestClient(create_app(settings)) as client:
+        answer = client.get(path, params=query)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["detail"]
+        # An ordinary window still answers.
+        assert client.get(path, params={"since": "7d"}).status_code == 200
