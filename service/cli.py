@@ -303,7 +303,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.redis_url:
         embedded = EmbeddedRedis.start(Path(settings.data_dir) / "redis")
         overrides["redis_url"] = embedded.url
-        log.info("embedded Redis started", extra={"url": embedded.url})
+        log.info("embedded Redis started", extra={"url": embedded.url, "pid": embedded.pid})
     settings = settings.model_copy(update=overrides)
     upgrade(settings.database_url)
 
@@ -315,6 +315,14 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             worker_command(settings.worker_concurrency, True, settings), env=env
         )
         log.info("worker started", extra={"pid": worker.pid})
+    children = [p.pid for p in (worker, embedded) if p is not None and p.pid]
+    guard = (
+        subprocess.Popen(
+            [sys.executable, "-m", "service.orphan_guard", str(os.getpid()), *map(str, children)]
+        )
+        if children
+        else None
+    )
 
     server = Server(server_config(create_app(settings), settings))
     if args.demo:
@@ -335,6 +343,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                 worker.kill()
         if embedded is not None:
             embedded.stop()
+        if guard is not None:
+            guard.terminate()
     return 0
 
 
