@@ -6,6 +6,7 @@ Every setting also comes from the environment (``RM_*``; see ``retrieval-monitor
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import re
@@ -299,6 +300,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         overrides["host"] = args.host
     if args.port:
         overrides["port"] = args.port
+    refusal = open_remote_refusal(settings.model_copy(update=overrides))
+    if refusal:
+        print(f"retrieval-monitor serve: {refusal}", file=sys.stderr)
+        return 2
     embedded: EmbeddedRedis | None = None
     if not settings.redis_url:
         embedded = EmbeddedRedis.start(Path(settings.data_dir) / "redis")
@@ -346,6 +351,28 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         if guard is not None:
             guard.terminate()
     return 0
+
+
+def open_remote_refusal(settings: Settings) -> str | None:
+    """Why ``serve`` must not start as configured, or None: listening beyond loopback with no
+    API keys required opens ingest and every tenant's pages to whoever reaches the port."""
+    if settings.auth_required or settings.allow_open_remote or is_loopback(settings.host):
+        return None
+    return (
+        f"refusing to listen on {settings.host} with API keys off: anyone who reaches the port "
+        "could send events and read every page. Set RM_AUTH_REQUIRED=true and create keys "
+        "(retrieval-monitor keys create), or set RM_ALLOW_OPEN_REMOTE=true if the network in "
+        "front already controls who gets in."
+    )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve to anything
 
 
 def _run_demo(settings: Settings, server: object, queries: int, exit_after: bool) -> None:

@@ -315,6 +315,13 @@ class Settings(BaseSettings):
         description="Require an admin API key on /metrics (health stays open). Unset: required "
         "whenever auth_required is on, so tenants' app names and figures are not public.",
     )
+    allow_open_remote: bool = Field(
+        False,
+        description="Let `serve` listen beyond the loopback interface with auth_required off, "
+        "so that anyone who reaches the port can send events and read every page. Without it, "
+        "serve refuses to start that way: turn auth_required on (and create keys), or set this "
+        "to say the network in front already controls who gets in.",
+    )
     trust_forwarded_proto: bool = Field(
         False,
         description="Believe X-Forwarded-Proto from the proxy in front (a TLS-terminating "

@@ -3,6 +3,9 @@ revocation reaches a process that cached the key."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,12 +23,14 @@ from service.api.keys import (
     key_hash,
     new_key,
 )
+from service.cli import open_remote_refusal
 from service.runtime import Runtime
+from service.settings import Settings
 from service.store import keys as keys_repository
 from service.store.engine import make_engine, session_scope
 from service.store.events import utcnow
 from service.store.models import ApiKey
-from tests.conftest import make_settings
+from tests.conftest import REPO_ROOT, make_settings
 from tests.helpers import make_event
 
 
@@ -103,3 +108,40 @@ def test_windows_outside_the_calendar_are_422(
         assert answer.json()["detail"]
         # An ordinary window still answers.
         assert client.get(path, params={"since": "7d"}).status_code == 200
+
+
+def test_serve_refuses_to_listen_beyond_loopback_without_keys(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RM_")}
+    env.update(
+        {
+            "RM_DATA_DIR": str(tmp_path / "var"),
+            "RM_DATABASE_URL": f"sqlite:///{tmp_path / 'rm.db'}",
+            "PYTHONPATH": str(REPO_ROOT),
+        }
+    )
+    command = [sys.executable, "-m", "service.cli", "serve", "--host", "0.0.0.0", "--no-worker"]
+    refused = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2
+    assert "RM_AUTH_REQUIRED=true" in refused.stderr
+    assert "RM_ALLOW_OPEN_REMOTE=true" in refused.stderr
+    # Nothing was started on the way to the refusal.
+    assert not (tmp_path / "var" / "redis").exists()
+
+
+@pytest.mark.parametrize(
+    ("host", "extra", "refused"),
+    [
+        ("127.0.0.1", {}, False),
+        ("::1", {}, False),
+        ("localhost", {}, False),
+        ("0.0.0.0", {}, True),
+        ("10.1.2.3", {}, True),
+        ("0.0.0.0", {"auth_required": True}, False),
+        ("0.0.0.0", {"allow_open_remote": True}, False),
+    ],
+)
+def test_which_listen_addresses_need_keys(host: str, extra: dict[str, bool], refused: bool) -> None:
+    settings = Settings.model_validate({"host": host, **extra})
+    assert (open_remote_refusal(settings) is not None) is refused
