@@ -15,6 +15,7 @@ from service.api import analysis, events, health, otlp
 from service.api.auth_gate import TENANT_STATE, AuthGateMiddleware
 from service.api.body_limit import BodyLimitMiddleware, InflightBudget
 from service.api.deps import AppState
+from service.api.docs import add_docs
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
 from service.api.keys import DEFAULT_TENANT
 from service.ingest.accept import empty_retrieval_labels
@@ -60,7 +61,10 @@ def create_app(settings: Settings) -> FastAPI:
         version="1",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served by service.api.docs without a CDN
+        redoc_url=None,
     )
+    add_docs(app)
     app.state.rm = state
     app.add_middleware(
         BodyLimitMiddleware,
