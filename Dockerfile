@@ -66,6 +66,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HOME=/var/lib/retrieval-monitor \
     RM_HOST=0.0.0.0 \
+    RM_AUTH_REQUIRED=true \
     RM_PORT=8080 \
     RM_DATA_DIR=/var/lib/retrieval-monitor \
     RM_DATABASE_URL=sqlite:////var/lib/retrieval-monitor/retrieval-monitor.db

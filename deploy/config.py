@@ -127,6 +127,10 @@ class EmptyRetrievals(AlertSettings):
     min_events: int = Field(ge=1)
 
 
+class LabelSetsOverflow(AlertSettings):
+    pass
+
+
 class Alerts(Strict):
     quality_collapse: QualityCollapse
     judging_stalled: JudgingStalled
@@ -140,6 +144,7 @@ class Alerts(Strict):
     judge_drift: JudgeDrift
     retriever_score_shift: RetrieverScoreShift
     empty_retrievals: EmptyRetrievals
+    label_sets_overflow: LabelSetsOverflow
 
 
 class MonitoringConfig(Strict):

@@ -200,8 +200,8 @@ class Queries:
     @property
     def events(self) -> str:
         return (
-            f'{{{self.config.selector}, environment=~"$environment", app=~"$app", '
-            f'retriever=~"$retriever"}}'
+            f'{{{self.config.selector}, tenant=~"$tenant", environment=~"$environment", '
+            f'app=~"$app", retriever=~"$retriever"}}'
         )
 
     @property
@@ -260,22 +260,29 @@ def variables(config: MonitoringConfig, *, judge: bool = False) -> list[dict[str
             "type": "datasource",
         },
         _variable_query(
+            "tenant",
+            "Tenant",
+            f"label_values({accepted}{{{sel}}}, tenant)",
+            "The tenant of the API key that sent the events (default without keys).",
+        ),
+        _variable_query(
             "environment",
             "Environment",
-            f"label_values({accepted}{{{sel}}}, environment)",
+            f'label_values({accepted}{{{sel}, tenant=~"$tenant"}}, environment)',
             "Events sent without an environment match only 'All'.",
         ),
         _variable_query(
             "app",
             "App",
-            f'label_values({accepted}{{{sel}, environment=~"$environment"}}, app)',
+            f'label_values({accepted}{{{sel}, tenant=~"$tenant", environment=~"$environment"}}, '
+            "app)",
             "The application that sent the events.",
         ),
         _variable_query(
             "retriever",
             "Retriever",
-            f'label_values({accepted}{{{sel}, environment=~"$environment", app=~"$app"}}, '
-            "retriever)",
+            f'label_values({accepted}{{{sel}, tenant=~"$tenant", environment=~"$environment", '
+            'app=~"$app"}, retriever)',
             "Retriever name and version as the application reports it.",
         ),
     ]
@@ -667,7 +674,7 @@ def pipeline(config: MonitoringConfig) -> dict[str, Any]:
         threshold=seconds(a.backlog_age.max_age),
         width=8,
     )
-    lag_selector = f'{{{config.selector}, app=~"$app"}}'
+    lag_selector = f'{{{config.selector}, tenant=~"$tenant", app=~"$app"}}'
     board.timeseries(
         "Pipeline lag (receipt to export)",
         "Time from an event's receipt to its measures reaching the metrics.",

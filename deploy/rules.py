@@ -21,6 +21,7 @@ NS = "retrieval_monitor"
 ROLES = ("short", "long")
 BASELINE = "baseline"
 
+TENANT = "{{ $labels.tenant }}"
 APP = "{{ $labels.app }}"
 RETRIEVER = "{{ $labels.retriever }}"
 ENVIRONMENT = "{{ $labels.environment }}"
@@ -258,7 +259,7 @@ def signal_alerts(q: Promql) -> list[dict[str, Any]]:
     a = q.config.alerts
     short = q.window("short")
     shift, empty = a.retriever_score_shift, a.empty_retrievals
-    where = f'{APP} / {RETRIEVER} (environment "{ENVIRONMENT}")'
+    where = f'{APP} / {RETRIEVER} (tenant {TENANT}, environment "{ENVIRONMENT}")'
     return [
         _alert(
             q,
@@ -331,7 +332,12 @@ def alert_rules(q: Promql) -> list[dict[str, Any]]:
     )
     gold_passages = q.across_replicas(q.select(f"{NS}_judge_gold_passages"))
     depth = q.select(f"{NS}_queue_depth")
-    where = f'{APP} / {RETRIEVER} (environment "{ENVIRONMENT}", judge {JUDGE} {PROMPT})'
+    overflow = q.select(f"{NS}_label_sets_overflow_total")
+    overflowed = q.across_replicas(f"increase({overflow}[{short}])")
+    where = (
+        f'{APP} / {RETRIEVER} (tenant {TENANT}, environment "{ENVIRONMENT}", '
+        f"judge {JUDGE} {PROMPT})"
+    )
     return [
         _alert(
             q,
@@ -351,10 +357,11 @@ def alert_rules(q: Promql) -> list[dict[str, Any]]:
         _alert(
             q,
             "RetrievalMonitorJudgingStalled",
-            "(\n  sum without(app, retriever, environment) "
+            # The judge pipeline is shared by every tenant: stalled for one is stalled for all.
+            "(\n  sum without(tenant, app, retriever, environment) "
             f"({q.increase(f'{NS}_events_accepted_total', stalled.window)}) > 0\n)\n"
             f"and ({q.across_replicas(q.select(f'{NS}_events_pending'))} > 0)\n"
-            "unless (\n  sum without(app, retriever, environment, judge, prompt_version) "
+            "unless (\n  sum without(tenant, app, retriever, environment, judge, prompt_version) "
             f"({q.increase(f'{NS}_events_judged_total', stalled.window)}) > 0\n)",
             stalled.for_,
             stalled.severity,
@@ -424,8 +431,8 @@ def alert_rules(q: Promql) -> list[dict[str, Any]]:
             f"and {RECEIVED_RATE} * {short_seconds} >= {a.ingest_rejections.min_events}",
             a.ingest_rejections.for_,
             a.ingest_rejections.severity,
-            "Many events are rejected at ingest",
-            f"{PERCENT} of the events sent over the last {short} were rejected "
+            f"Many events of tenant {TENANT} are rejected at ingest",
+            f"{PERCENT} of the events tenant {TENANT} sent over the last {short} were rejected "
             f"(bound {_number(a.ingest_rejections.max_ratio * 100)}%).",
         ),
         _alert(
@@ -451,6 +458,17 @@ def alert_rules(q: Promql) -> list[dict[str, Any]]:
             f"Cohen's kappa of judge {JUDGE} (prompt {PROMPT}) against gold labels is {SCORE}: "
             f"below {_number(drift.min_kappa)} or more than {_number(drift.max_drop)} under its "
             f"value {drift.baseline_offset} earlier. Retrieval measures judged by it are suspect.",
+        ),
+        _alert(
+            q,
+            "RetrievalMonitorLabelSetsOverflow",
+            f"{overflowed} > 0",
+            a.label_sets_overflow.for_,
+            a.label_sets_overflow.severity,
+            f"Tenant {TENANT} sends more label sets than the cap",
+            f"{VALUE} events of tenant {TENANT} over the last {short} carried an (app, retriever, "
+            "environment) past the label-set cap; they are stored and judged, but exported "
+            "under __overflow__, so their own series do not move.",
         ),
     ]
 

@@ -6,8 +6,10 @@ Every setting also comes from the environment (``RM_*``; see ``retrieval-monitor
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,16 +167,22 @@ def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    from redis import Redis
+
+    from service.api.keys import announce_revocation
     from service.store import keys as keys_repository
     from service.store.engine import get_engine, session_scope
     from service.store.events import utcnow
 
-    if len(args.hash_prefix) < 8:
-        print("give at least 8 characters of the hash", file=sys.stderr)
+    if not re.fullmatch(r"[0-9a-f]{8,64}", args.hash_prefix):
+        print("give at least 8 hex characters of the hash (keys list)", file=sys.stderr)
         return 2
     with session_scope(get_engine(settings.database_url)) as session:
         count = keys_repository.revoke_keys(session, args.hash_prefix, utcnow())
         session.commit()
+    if count and settings.redis_url:
+        # Every API process drops its cached lookups within a second.
+        announce_revocation(Redis.from_url(settings.redis_url))
     print(f"revoked {count} key(s)")
     return 0 if count else 1
 
@@ -308,11 +316,15 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         overrides["host"] = args.host
     if args.port:
         overrides["port"] = args.port
+    refusal = open_remote_refusal(settings.model_copy(update=overrides))
+    if refusal:
+        print(f"retrieval-monitor serve: {refusal}", file=sys.stderr)
+        return 2
     embedded: EmbeddedRedis | None = None
     if not settings.redis_url:
         embedded = EmbeddedRedis.start(Path(settings.data_dir) / "redis")
         overrides["redis_url"] = embedded.url
-        log.info("embedded Redis started", extra={"url": embedded.url})
+        log.info("embedded Redis started", extra={"url": embedded.url, "pid": embedded.pid})
     settings = settings.model_copy(update=overrides)
     upgrade(settings.database_url)
 
@@ -331,6 +343,14 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             assert worker.stdout is not None
             tee = logs.LogTee(worker.stdout, log_file, sys.stderr).start()
         log.info("worker started", extra={"pid": worker.pid})
+    children = [p.pid for p in (worker, embedded) if p is not None and p.pid]
+    guard = (
+        subprocess.Popen(
+            [sys.executable, "-m", "service.orphan_guard", str(os.getpid()), *map(str, children)]
+        )
+        if children
+        else None
+    )
 
     server = Server(server_config(create_app(settings), settings))
     if args.demo:
@@ -353,7 +373,31 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             tee.join(timeout=5)
         if embedded is not None:
             embedded.stop()
+        if guard is not None:
+            guard.terminate()
     return 0
+
+
+def open_remote_refusal(settings: Settings) -> str | None:
+    """Why ``serve`` must not start as configured, or None: listening beyond loopback with no
+    API keys required opens ingest and every tenant's pages to whoever reaches the port."""
+    if settings.auth_required or settings.allow_open_remote or is_loopback(settings.host):
+        return None
+    return (
+        f"refusing to listen on {settings.host} with API keys off: anyone who reaches the port "
+        "could send events and read every page. Set RM_AUTH_REQUIRED=true and create keys "
+        "(retrieval-monitor keys create), or set RM_ALLOW_OPEN_REMOTE=true if the network in "
+        "front already controls who gets in."
+    )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve to anything
 
 
 def _run_demo(

@@ -41,6 +41,11 @@ class EmbeddedRedis:
         client.ping()
         return cls(url=f"redis://127.0.0.1:{port}/0", _client=client)
 
+    @property
+    def pid(self) -> int:
+        """The redis-server's process id (it runs detached from ``serve``)."""
+        return int(self._client.pid)
+
     def stop(self) -> None:
         import redis
 

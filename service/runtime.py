@@ -13,6 +13,7 @@ from service.ingest.redaction import Redactor
 from service.settings import Settings
 from service.store.engine import get_engine
 from service.telemetry.aggregates import Aggregates
+from service.telemetry.cardinality import LabelSetCap
 
 
 @dataclass
@@ -38,4 +39,7 @@ class Runtime:
 
     @cached_property
     def aggregates(self) -> Aggregates:
-        return Aggregates(self.redis)
+        cap = LabelSetCap(
+            self.redis, self.settings.max_label_sets_per_tenant, self.settings.max_label_sets
+        )
+        return Aggregates(self.redis, cap)

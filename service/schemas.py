@@ -11,7 +11,7 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from service.settings import Settings
 from service.storable import check_body, check_moment, check_text, nesting_depth
@@ -96,7 +96,8 @@ class EventIn(StorableBody):
     passages: list[PassageIn] = Field(
         description="Ranked passages; order is rank.", json_schema_extra={"minItems": 1}
     )
-    k: int | None = Field(
+    # Strict: JSON true is not 1, nor "3" three.
+    k: StrictInt | None = Field(
         None,
         ge=1,
         description="How many passages the prompt carries (default: all). Passages after k "
@@ -112,7 +113,7 @@ class EventIn(StorableBody):
         json_schema_extra={"minItems": 1},
     )
     response: str | None = Field(None, description="The answer the model wrote.")
-    response_grade: int | None = Field(None, ge=1, le=5, description="Answer quality 1-5.")
+    response_grade: StrictInt | None = Field(None, ge=1, le=5, description="Answer quality 1-5.")
     answer_correct: bool | None = None
     metadata: dict[str, Any] | None = Field(None, description="Small, never a metric label.")
 
@@ -240,7 +241,7 @@ class FeedbackIn(StorableBody):
     model_config = ConfigDict(extra="forbid")
 
     response: str | None = None
-    response_grade: int | None = Field(None, ge=1, le=5)
+    response_grade: StrictInt | None = Field(None, ge=1, le=5)
     answer_correct: bool | None = None
 
     @model_validator(mode="after")

@@ -120,7 +120,40 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         10_000_000, ge=1024, description="Largest request body, bytes (after decompression)."
     )
+    body_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="A request whose whole body has not arrived this many seconds after its "
+        "headers is answered 408 and its connection closed (slow or stalled senders).",
+    )
+    max_inflight_body_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="Request body bytes (after decompression) that all requests being read or "
+        "handled may hold at once in one API process; past it a request is answered 503 with "
+        "Retry-After. Bounds what slow or hostile senders can make the process hold.",
+    )
+    max_unauthenticated_body_bytes: int = Field(
+        65_536,
+        ge=1024,
+        description="Largest body a caller not yet identified may send (the pages' login form) "
+        "when API keys are required; /v1 requests without a valid key are refused before any "
+        "body is read.",
+    )
     max_batch_events: int = Field(1_000, ge=1, description="Most events in one batch request.")
+    max_label_sets_per_tenant: int = Field(
+        100,
+        ge=1,
+        description="Distinct (app, retriever, environment) label sets one tenant may export. "
+        "Past it, events are still stored and judged, but their series carry the value "
+        "__overflow__ and are counted in retrieval_monitor_label_sets_overflow_total.",
+    )
+    max_label_sets: int = Field(
+        1_000,
+        ge=1,
+        description="Distinct (tenant, app, retriever, environment) label sets exported by all "
+        "tenants together; past it, as past the per-tenant cap.",
+    )
     max_metadata_bytes: int = Field(4_096, ge=0, description="Largest metadata object, JSON bytes.")
     max_label_chars: int = Field(
         100,
@@ -300,8 +333,23 @@ class Settings(BaseSettings):
         description="Require an API key (Authorization: Bearer or X-API-Key) on /v1; the tenant "
         "comes from the key. Create keys with `retrieval-monitor keys create`.",
     )
-    metrics_auth: bool = Field(
-        False, description="Require an admin API key on /metrics too (health stays open)."
+    metrics_auth: bool | None = Field(
+        None,
+        description="Require an admin API key on /metrics (health stays open). Unset: required "
+        "whenever auth_required is on, so tenants' app names and figures are not public.",
+    )
+    allow_open_remote: bool = Field(
+        False,
+        description="Let `serve` listen beyond the loopback interface with auth_required off, "
+        "so that anyone who reaches the port can send events and read every page. Without it, "
+        "serve refuses to start that way: turn auth_required on (and create keys), or set this "
+        "to say the network in front already controls who gets in.",
+    )
+    trust_forwarded_proto: bool = Field(
+        False,
+        description="Believe X-Forwarded-Proto from the proxy in front (a TLS-terminating "
+        "ingress): the pages' login cookie is then marked Secure when it says https. Leave off "
+        "when clients reach the API directly, since anyone can send the header.",
     )
 
     # --- serve ---------------------------------------------------------------------------------
@@ -403,6 +451,10 @@ class Settings(BaseSettings):
         return pattern
 
     # --- end of OpenTelemetry ------------------------------------------------------------------
+
+    @property
+    def metrics_need_key(self) -> bool:
+        return self.auth_required if self.metrics_auth is None else self.metrics_auth
 
     @property
     def uses_local_judge(self) -> bool:

@@ -276,11 +276,12 @@ def _ask(runtime: Runtime, judge: Judge, item: _Work) -> tuple[JudgeReply, Delta
         wait_for_judge_budget(runtime)
         reply = judge.judge(request)
     except BaseException:  # a call that never answered releases its reservation
-        settle_call(runtime, held, event.app, who.judge, who.model, 0, 0, 0)
+        settle_call(runtime, held, event.tenant, event.app, who.judge, who.model, 0, 0, 0)
         raise
     spent = settle_call(
         runtime,
         held,
+        event.tenant,
         event.app,
         who.judge,
         who.model,
@@ -401,6 +402,7 @@ def _export(
     for event, stored, reply in exports:
         delta = score_delta(
             ExportLabels(
+                tenant=event.tenant,
                 app=event.app,
                 retriever=event.retriever,
                 environment=event.environment,
@@ -413,7 +415,7 @@ def _export(
         )
         delta.observe(
             "pipeline_lag_seconds",
-            {"app": event.app},
+            {"tenant": event.tenant, "app": event.app},
             max((now - event.received_at).total_seconds(), 0.0),
         )
         if reply is not None:

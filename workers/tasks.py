@@ -120,6 +120,7 @@ def _over_budget(
     if event is None:
         return "not_found"
     labels = {
+        "tenant": event.tenant,
         "app": event.app,
         "retriever": event.retriever,
         "environment": event.environment,
@@ -146,6 +147,7 @@ def _give_up(rt: Runtime, current: Judge, event_pk: int, reason: str) -> None:
         delta.inc(
             "events_failed",
             {
+                "tenant": event.tenant,
                 "app": event.app,
                 "retriever": event.retriever,
                 "environment": event.environment,

@@ -8,6 +8,11 @@ from datetime import UTC, datetime, timedelta
 DEFAULT_SPAN = timedelta(days=7)
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+# Windows begin no earlier than this and end no later than a day past now: far enough for any
+# real traffic, and near enough that a window, its baseline before it, and every date the
+# databases store stay inside the calendar (a year-1 moment minus a week is not a date).
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_AHEAD = timedelta(days=1)
 
 
 def parse_span(text: str) -> timedelta | None:
@@ -15,7 +20,10 @@ def parse_span(text: str) -> timedelta | None:
     match = _RELATIVE.match(text)
     if match is None:
         return None
-    return timedelta(**{_UNITS[match.group(2).lower()]: float(match.group(1))})
+    try:
+        return timedelta(**{_UNITS[match.group(2).lower()]: float(match.group(1))})
+    except OverflowError:
+        raise ValueError(f"span {text.strip()!r} is longer than any window") from None
 
 
 def parse_moment(text: str, now: datetime) -> datetime:
@@ -25,15 +33,23 @@ def parse_moment(text: str, now: datetime) -> datetime:
         return now
     span = parse_span(text)
     if span is not None:
+        if span > now - EARLIEST:
+            raise ValueError(f"span {text.strip()!r} reaches before {EARLIEST:%Y-%m-%d}")
         return now - span
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise ValueError(
             f"not a time: {text!r} (use ISO 8601, e.g. 2025-01-31T12:00Z, or a span such as "
             "24h, 7d, 2w)"
         ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    if not EARLIEST <= moment <= now + LATEST_AHEAD:
+        raise ValueError(
+            f"{text!r} is outside the windows the analysis reads ({EARLIEST:%Y-%m-%d} to a day "
+            "from now)"
+        )
+    return moment
 
 
 def resolve_window(

@@ -11,8 +11,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from service.api import analysis, calibration, events, health, otlp
-from service.api.body_limit import BodyLimitMiddleware
+from service.api.auth_gate import TENANT_STATE, AuthGateMiddleware
+from service.api.body_limit import BodyLimitMiddleware, InflightBudget
+from service.api.docs import add_docs
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
+from service.api.keys import DEFAULT_TENANT
 from service.api.state import AppState
 from service.ingest.accept import empty_retrieval_labels
 from service.runtime import Runtime
@@ -57,9 +60,25 @@ def create_app(settings: Settings) -> FastAPI:
         version="1",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served by service.api.docs without a CDN
+        redoc_url=None,
     )
+    add_docs(app)
     app.state.rm = state
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        timeout_seconds=settings.body_timeout_seconds,
+        budget=InflightBudget(settings.max_inflight_body_bytes),
+    )
+    # Outside the body limit: the key is checked before any body is read or inflated.
+    app.add_middleware(
+        AuthGateMiddleware,
+        keys=state.keys,
+        sessions=state.sessions,
+        required=settings.auth_required,
+        max_unauthenticated_body_bytes=settings.max_unauthenticated_body_bytes,
+    )
     # Added last, so it is outermost and also counts what the body limit answers itself.
     app.add_middleware(HttpMetricsMiddleware, counter=responses)
     app.include_router(events.router)
@@ -73,7 +92,11 @@ def create_app(settings: Settings) -> FastAPI:
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         if request.url.path.startswith("/v1/events") and request.method == "POST":
             empty = empty_retrieval_labels(exc.body)
-            state.ingestor.reject("empty_retrieval" if empty else "invalid", empty_retrieval=empty)
+            state.ingestor.reject(
+                getattr(request.state, TENANT_STATE, DEFAULT_TENANT),
+                "empty_retrieval" if empty else "invalid",
+                empty_retrieval=empty,
+            )
         # Locations can hold the client's own keys: escaped, so no lone surrogate reaches the
         # UTF-8 answer.
         errors = [

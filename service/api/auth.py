@@ -8,15 +8,13 @@ from __future__ import annotations
 from fastapi import HTTPException, Request, status
 from starlette.concurrency import run_in_threadpool
 
+from service.api.auth_gate import PRINCIPAL_STATE, key_from_headers
 from service.api.keys import ANONYMOUS, Principal
 from service.api.state import AppState, app_state
 
 
 def presented_key(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    if header.lower().startswith("bearer "):
-        return header[7:].strip() or None
-    return request.headers.get("x-api-key") or None
+    return key_from_headers(request.headers)
 
 
 def current_principal(request: Request, state: AppState) -> Principal:
@@ -40,9 +38,9 @@ def current_principal(request: Request, state: AppState) -> Principal:
 
 
 def operations_access(request: Request) -> None:
-    """/metrics: open unless RM_METRICS_AUTH is set, then an admin key is needed."""
+    """/metrics: an admin key is needed when keys are required (or RM_METRICS_AUTH says so)."""
     state = app_state(request)
-    if not state.runtime.settings.metrics_auth:
+    if not state.runtime.settings.metrics_need_key:
         return
     key = presented_key(request)
     principal = state.keys.principal(key) if key else None
@@ -61,4 +59,7 @@ async def caller_principal(request: Request) -> Principal:
     state = app_state(request)
     if not state.runtime.settings.auth_required:
         return ANONYMOUS
+    checked: Principal | None = getattr(request.state, PRINCIPAL_STATE, None)
+    if checked is not None:  # the gate already looked the key up, before the body was read
+        return checked
     return await run_in_threadpool(current_principal, request, state)

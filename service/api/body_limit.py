@@ -1,60 +1,138 @@
-"""Request bodies are bounded after decompression: a small gzip body cannot expand into memory."""
+"""Request bodies are bounded after decompression, in time, and all together.
+
+- One body: at most ``max_bytes`` once inflated (less for a caller not yet identified, see
+  ``service.api.auth_gate``), so a small gzip body cannot expand into memory.
+- One body in time: a client that has not sent its whole body within ``timeout_seconds`` is
+  answered 408 and its connection closed, so a half-sent request cannot stay open.
+- All bodies at once: the bytes held by requests still being read never exceed the
+  ``InflightBudget``; past it a request is answered 503 with Retry-After. This is the bound on
+  what slow clients can hold in the process's memory together.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import zlib
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.auth_gate import BODY_LIMIT_STATE
+
+RETRY_AFTER_SECONDS = 2
+
+
+class InflightBudget:
+    """Bytes of request bodies held in the process; the event loop is single-threaded, so a
+    plain counter needs no lock."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, size: int) -> bool:
+        if self.held + size > self.limit:
+            return False
+        self.held += size
+        return True
+
+    def give_back(self, size: int) -> None:
+        self.held -= size
+
 
 class BodyLimitMiddleware:
-    """Reads the whole body up front (bounded), inflating gzip, and answers 413/415/400 itself."""
+    """Reads the whole body up front (bounded), inflating gzip, and answers 413/415/400/408/503
+    itself."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        timeout_seconds: float = 30.0,
+        budget: InflightBudget | None = None,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_seconds = timeout_seconds
+        self.budget = budget or InflightBudget(max_bytes * 8)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in {"POST", "PUT", "PATCH"}:
             await self.app(scope, receive, send)
             return
+        held = 0
+        try:
+            body = await self._read(scope, receive, send)
+            if body is None:
+                return
+            held = len(body.data)
+            await self.app(body.scope, body.replay, send)
+        finally:
+            self.budget.give_back(held)
+
+    async def _read(self, scope: Scope, receive: Receive, send: Send) -> _Body | None:
+        state = scope.get("state", {})
+        max_bytes = min(self.max_bytes, state.get(BODY_LIMIT_STATE, self.max_bytes))
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding not in {"identity", "gzip", ""}:
             await _error(send, 415, f"unsupported content-encoding {encoding!r} (use gzip)")
-            return
+            return None
         declared = headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > self.max_bytes:
-            await _error(send, 413, f"body larger than {self.max_bytes} bytes")
-            return
+        if declared and declared.isdigit() and int(declared) > max_bytes:
+            await _error(send, 413, f"body larger than {max_bytes} bytes")
+            return None
 
         chunks: list[bytes] = []
         size = 0
+        taken = 0
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == "gzip" else None
+        deadline = time.monotonic() + self.timeout_seconds
         more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            data = message.get("body", b"")
-            more = message.get("more_body", False)
-            if inflater is not None:
+        try:
+            while more:
                 try:
-                    # max_length bounds what one step may inflate to: a gzip bomb stops here.
-                    data = inflater.decompress(data, self.max_bytes - size + 1)
-                    if inflater.unconsumed_tail:
-                        await _error(send, 413, f"body larger than {self.max_bytes} bytes")
-                        return
-                except zlib.error:
-                    await _error(send, 400, "body is not valid gzip")
-                    return
-            size += len(data)
-            if size > self.max_bytes:
-                await _error(send, 413, f"body larger than {self.max_bytes} bytes")
-                return
-            chunks.append(data)
-        body = b"".join(chunks)
+                    message = await asyncio.wait_for(receive(), deadline - time.monotonic())
+                except TimeoutError:
+                    await _error(
+                        send, 408, f"request body not received within {self.timeout_seconds:g} s"
+                    )
+                    return None
+                if message["type"] == "http.disconnect":
+                    return None
+                data = message.get("body", b"")
+                more = message.get("more_body", False)
+                if inflater is not None:
+                    try:
+                        # max_length bounds what one step may inflate to: a gzip bomb stops here.
+                        data = inflater.decompress(data, max_bytes - size + 1)
+                        if inflater.unconsumed_tail:
+                            await _error(send, 413, f"body larger than {max_bytes} bytes")
+                            return None
+                    except zlib.error:
+                        await _error(send, 400, "body is not valid gzip")
+                        return None
+                size += len(data)
+                if size > max_bytes:
+                    await _error(send, 413, f"body larger than {max_bytes} bytes")
+                    return None
+                if not self.budget.take(len(data)):
+                    await _error(
+                        send,
+                        503,
+                        "too many request bodies in flight; retry later",
+                        retry_after=RETRY_AFTER_SECONDS,
+                    )
+                    return None
+                taken += len(data)
+                chunks.append(data)
+            body = b"".join(chunks)
+        finally:
+            # What was taken chunk by chunk is handed back here; the caller takes the whole
+            # body again for as long as the app holds it.
+            self.budget.give_back(taken)
+        self.budget.held += len(body)  # held by the app until it answers
 
         sent = False
 
@@ -72,19 +150,25 @@ class BodyLimitMiddleware:
                 for k, v in scope["headers"]
                 if k.lower() not in {b"content-encoding", b"content-length"}
             ] + [(b"content-length", str(len(body)).encode())]
-        await self.app(scope, replay, send)
+        return _Body(scope, body, replay)
 
 
-async def _error(send: Send, status: int, message: str) -> None:
+class _Body:
+    def __init__(self, scope: Scope, data: bytes, replay: Receive) -> None:
+        self.scope = scope
+        self.data = data
+        self.replay = replay
+
+
+async def _error(send: Send, status: int, message: str, retry_after: int | None = None) -> None:
     payload = json.dumps({"detail": message}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        # The body may be half read: the connection cannot carry another request.
+        (b"connection", b"close"),
+    ]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})

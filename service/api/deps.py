@@ -2,7 +2,7 @@
 
 A route states what it needs by its parameters' types (``state: StateDep, caller: Caller``); how
 each is obtained lives here and nowhere else, so a change to it (a key check, a cache) reaches
-every route at once. ``tests/test_layers.py`` holds every other module of ``service`` to that.
+every route at once. ``tests/unit/test_layers.py`` holds every other module of ``service`` to that.
 """
 
 from __future__ import annotations

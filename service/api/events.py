@@ -72,7 +72,7 @@ def post_event(event: EventIn, response: Response, state: StateDep, caller: Call
     try:
         result = state.committer.store(caller.tenant, checked)
     except NotStoredError as exc:
-        state.ingestor.reject(exc.reason)
+        state.ingestor.reject(caller.tenant, exc.reason)
         retry_after = str(state.runtime.settings.backpressure_retry_after_seconds)
         raise HTTPException(
             exc.status_code,
@@ -154,7 +154,7 @@ def post_feedback(
         event_store.record_feedback(session, event, feedback)
         session.commit()
         labels = {"app": event.app, "retriever": event.retriever, "environment": event.environment}
-    delta = Delta()
+    delta = Delta(caller.tenant)
     delta.inc("feedback", labels)
     state.ingestor.count(delta)
     return {"event_id": event_id, "status": "recorded"}

@@ -3,24 +3,34 @@
 A key is 32 random bytes (``rm_`` + URL-safe base64); its SHA-256 identifies it in the database.
 Comparing digests of a secret this long needs no slow hash: guessing is hopeless, and the lookup
 compares the stored digest in constant time after finding the row.
+
+Lookups are cached for ``CACHE_SECONDS``. Revoking a key bumps a revocation epoch in Redis; each
+process reads the epoch at most every ``EPOCH_CHECK_SECONDS`` and empties its cache when it moved,
+so a revocation reaches every replica within about a second rather than the cache's lifetime.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import time
 from dataclasses import dataclass
 
+from redis import Redis, RedisError
 from sqlalchemy import Engine
 
 from service.store import keys as keys_repository
 from service.store.engine import session_scope
 
+log = logging.getLogger(__name__)
+
 DEFAULT_TENANT = "default"
-# A revoked key stops working within this many seconds (the lookup cache's lifetime).
+# Without Redis (the epoch unreadable), a revoked key stops working within this many seconds.
 CACHE_SECONDS = 30.0
+EPOCH_CHECK_SECONDS = 1.0
+REVOCATION_EPOCH_KEY = "rm:keys:revocation_epoch"
 
 
 def new_key() -> str:
@@ -29,6 +39,11 @@ def new_key() -> str:
 
 def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def announce_revocation(redis: Redis) -> None:
+    """Tell every process that a key was revoked (they drop their cached lookups)."""
+    redis.incr(REVOCATION_EPOCH_KEY)
 
 
 @dataclass(frozen=True)
@@ -43,13 +58,19 @@ ANONYMOUS = Principal(DEFAULT_TENANT, is_admin=False)
 class KeyStore:
     """Resolves a presented key to its tenant, with a short cache so a request costs no query."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, redis: Redis | None = None) -> None:
         self.engine = engine
+        self.redis = redis
         self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._epoch: object = None
+        self._epoch_read_at = float("-inf")
 
     def principal(self, presented: str) -> Principal | None:
-        digest = key_hash(presented)
+        return self.principal_of_digest(key_hash(presented))
+
+    def principal_of_digest(self, digest: str) -> Principal | None:
         now = time.monotonic()
+        self._follow_revocations(now)
         cached = self._cache.get(digest)
         if cached is not None and now - cached[0] < CACHE_SECONDS:
             return cached[1]
@@ -64,3 +85,17 @@ class KeyStore:
             self._cache.clear()
         self._cache[digest] = (now, found)
         return found
+
+    def _follow_revocations(self, now: float) -> None:
+        if self.redis is None or now - self._epoch_read_at < EPOCH_CHECK_SECONDS:
+            return
+        self._epoch_read_at = now
+        try:
+            epoch = self.redis.get(REVOCATION_EPOCH_KEY)
+        except RedisError:
+            # Redis away: the cache's own lifetime still bounds how long a revoked key works.
+            log.warning("revocation epoch unreadable", exc_info=True)
+            return
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._cache.clear()

@@ -9,6 +9,7 @@ from fastapi import Request
 
 from service.analysis.gauges import CachedCalibrationGauges
 from service.api.keys import KeyStore
+from service.api.sessions import SessionStore
 from service.ingest.accept import Ingestor
 from service.ingest.dispatch import GatheringSender
 from service.ingest.group_commit import GroupCommitter
@@ -26,6 +27,7 @@ class AppState:
     metrics_page: MetricsPage
     committer: GroupCommitter  # the single-event path's writer; started and drained by the app
     keys: KeyStore
+    sessions: SessionStore
 
     @classmethod
     def build(cls, runtime: Runtime) -> AppState:
@@ -56,7 +58,8 @@ class AppState:
             # A group is at most a batch; one more group may wait while one is being stored.
             committer=GroupCommitter(ingestor.ingest, group, capacity=group, writers=writers),
             metrics_page=metrics_page,
-            keys=KeyStore(runtime.engine),
+            keys=KeyStore(runtime.engine, runtime.redis),
+            sessions=SessionStore(runtime.redis),
         )
 
 

@@ -207,7 +207,7 @@ class Ingestor:
                     max(1, math.ceil(decision.retry_after_seconds)),
                 )
         if refusal is not None:
-            self.reject(refusal.reason, events)
+            self.reject(tenant, refusal.reason, events)
         return refusal
 
     def _tenant_bucket(self, tenant: str) -> TokenBucket:
@@ -255,7 +255,7 @@ class Ingestor:
                     session, tenant, named, event_store.utcnow(), initial
                 )
 
-        delta = Delta()
+        delta = Delta(tenant)
         counts = IngestCounts()
         results: list[IngestResult] = []
         new_pks: list[int] = []
@@ -305,11 +305,15 @@ class Ingestor:
         return self._urgent
 
     def reject(
-        self, reason: str, events: int = 1, empty_retrieval: Mapping[str, str] | None = None
+        self,
+        tenant: str,
+        reason: str,
+        events: int = 1,
+        empty_retrieval: Mapping[str, str] | None = None,
     ) -> None:
-        """Count events refused before ``ingest`` saw them (admission, the request's own
-        validation, the single-event path's writer); ``ingest`` counts the ones it is given."""
-        delta = Delta()
+        """Count ``tenant``'s events refused before ``ingest`` saw them (admission, the request's
+        own validation, the single-event path's writer); ``ingest`` counts the ones it is given."""
+        delta = Delta(tenant)
         count_rejected(delta, reason, events, empty_retrieval)
         self.count(delta)
 

@@ -182,10 +182,16 @@ class Budget:
 
 
 def spend_delta(
-    app: str, judge: str, price: Price, calls: int, prompt_tokens: int, completion_tokens: int
+    tenant: str,
+    app: str,
+    judge: str,
+    price: Price,
+    calls: int,
+    prompt_tokens: int,
+    completion_tokens: int,
 ) -> Delta:
     """The spend figures of one judged event, per app (apply once per event and judge)."""
-    delta = Delta()
+    delta = Delta(tenant)
     delta.inc("judge_app_calls", {"app": app, "judge": judge}, calls)
     delta.inc("judge_app_tokens", {"app": app, "judge": judge, "kind": "prompt"}, prompt_tokens)
     delta.inc(
@@ -226,6 +232,7 @@ def reserve_call(runtime: Runtime, app: str, model: str, texts: list[str]) -> Re
 def settle_call(
     runtime: Runtime,
     held: Reservation | None,
+    tenant: str,
     app: str,
     judge: str,
     model: str,
@@ -238,7 +245,7 @@ def settle_call(
     if held is not None:
         Budget(runtime.redis, runtime.settings).settle(held, prompt_tokens, completion_tokens)
     price = price_for(model, runtime.settings.judge_prices)
-    return spend_delta(app, judge, price, calls, prompt_tokens, completion_tokens)
+    return spend_delta(tenant, app, judge, price, calls, prompt_tokens, completion_tokens)
 
 
 def budgeted_apps(redis: Redis, settings: Settings, now: float) -> set[str]:

@@ -24,6 +24,7 @@ def shed_backlog(runtime: Runtime) -> int:
     for victim in victims:
         if victim.pk in shed:
             labels = {
+                "tenant": victim.tenant,
                 "app": victim.app,
                 "retriever": victim.retriever,
                 "environment": victim.environment,

@@ -399,10 +399,14 @@ def older_than(now: datetime, seconds: float) -> datetime:
     return now - timedelta(seconds=seconds)
 
 
-def accepted_counts(session: Session, received_before: datetime) -> list[tuple[str, str, str, int]]:
+def accepted_counts(
+    session: Session, received_before: datetime
+) -> list[tuple[str, str, str, str, int]]:
+    """(tenant, app, retriever, environment, events) of every label set."""
+    labels = (col(Event.tenant), col(Event.app), col(Event.retriever), col(Event.environment))
     rows = session.execute(
-        select(col(Event.app), col(Event.retriever), col(Event.environment), func.count())
+        select(*labels, func.count())
         .where(col(Event.received_at) < received_before)
-        .group_by(col(Event.app), col(Event.retriever), col(Event.environment))
+        .group_by(*labels)
     )
-    return [(r[0], r[1], r[2], int(r[3])) for r in rows]
+    return [(r[0], r[1], r[2], r[3], int(r[4])) for r in rows]

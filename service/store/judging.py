@@ -415,6 +415,7 @@ def _insert_ignore(session: Session, model: type[Any], rows: list[dict[str, Any]
 @dataclass(frozen=True)
 class ScoredEvent:
     event_pk: int
+    tenant: str
     app: str
     retriever: str
     environment: str
@@ -434,6 +435,7 @@ def scored_events(session: Session, after_score_id: int, limit: int) -> list[Sco
             col(Event.k),
             col(Event.passage_count),
             JudgeRun,
+            col(Event.tenant),
         )
         .join(Event, col(Event.id) == col(Score.event_pk))
         .outerjoin(
@@ -449,6 +451,7 @@ def scored_events(session: Session, after_score_id: int, limit: int) -> list[Sco
     return [
         ScoredEvent(
             event_pk=row[0].event_pk,
+            tenant=row[7],
             app=row[1],
             retriever=row[2],
             environment=row[3],

@@ -39,7 +39,9 @@ def revoke_keys(session: Session, key_hash_prefix: str, now: datetime) -> int:
     result = session.execute(
         update(ApiKey)
         .where(
-            col(ApiKey.key_hash).startswith(key_hash_prefix),
+            # autoescape: a % or _ in the prefix is a character, not a LIKE wildcard that could
+            # revoke every key.
+            col(ApiKey.key_hash).startswith(key_hash_prefix, autoescape=True),
             col(ApiKey.revoked_at).is_(None),
         )
         .values(revoked_at=now)

@@ -36,6 +36,7 @@ def mark_skipped(session: Session, event_pks: Sequence[int], reason: str) -> lis
 @dataclass(frozen=True)
 class Shed:
     pk: int
+    tenant: str
     app: str
     retriever: str
     environment: str
@@ -55,7 +56,13 @@ def sheddable_backlog(session: Session, keep: int, limit: int) -> list[Shed]:
     if excess <= 0:
         return []
     rows = session.execute(
-        select(col(Event.id), col(Event.app), col(Event.retriever), col(Event.environment))
+        select(
+            col(Event.id),
+            col(Event.tenant),
+            col(Event.app),
+            col(Event.retriever),
+            col(Event.environment),
+        )
         .where(col(Event.status) == EventStatus.PENDING.value, col(Event.priority) == 0)
         .order_by(col(Event.received_at), col(Event.id))
         .limit(excess)

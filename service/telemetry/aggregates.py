@@ -22,6 +22,7 @@ from typing import Final
 
 from redis import Redis
 
+from service.telemetry.cardinality import OVERFLOW, LabelSet, LabelSetCap
 from service.telemetry.metrics import FAMILIES, Family
 
 HASH_KEY = "rm:metrics:v1"
@@ -138,19 +139,26 @@ def _field(family: str, labels: tuple[str, ...], part: str = "") -> str:
     return json.dumps([family, labels, part], separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=16384)
+def _unfield(key: str) -> tuple[str, tuple[str, ...], str]:
+    family, labels, part = json.loads(key)
+    return family, tuple(labels), part
+
+
 @dataclass
 class Delta:
-    """Increments to apply together."""
+    """Increments to apply together; ``tenant`` fills the tenant label where labels omit it."""
 
+    tenant: str = ""
     values: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def inc(self, family: str, labels: Mapping[str, str], amount: float = 1.0) -> None:
         fam = FAMILIES[family]
-        self.values[_field(family, _label_values(fam, labels))] += amount
+        self.values[_field(family, _label_values(fam, labels, self.tenant))] += amount
 
     def observe(self, family: str, labels: Mapping[str, str], value: float) -> None:
         fam = FAMILIES[family]
-        values = _label_values(fam, labels)
+        values = _label_values(fam, labels, self.tenant)
         index = bisect.bisect_left(fam.buckets, value)  # le semantics: value <= bound
         self.values[_field(family, values, f"b{index}")] += 1
         self.values[_field(family, values, "sum")] += value
@@ -163,7 +171,7 @@ class Delta:
         if not observed:
             return
         fam = FAMILIES[family]
-        values = _label_values(fam, labels)
+        values = _label_values(fam, labels, self.tenant)
         buckets = fam.buckets
         # le semantics: a value equal to a bound goes into that bound's bucket.
         for index, hits in Counter(bisect.bisect_left(buckets, v) for v in observed).items():
@@ -180,13 +188,64 @@ class Delta:
         return bool(self.values)
 
 
-def _label_values(family: Family, labels: Mapping[str, str]) -> tuple[str, ...]:
-    return tuple(labels.get(name, "") or "" for name in family.labels)
+def _label_values(family: Family, labels: Mapping[str, str], tenant: str) -> tuple[str, ...]:
+    values = tuple(labels.get(name, "") or "" for name in family.labels)
+    if tenant and "tenant" in family.labels and not labels.get("tenant"):
+        position = family.labels.index("tenant")
+        values = (*values[:position], tenant, *values[position + 1 :])
+    return values
+
+
+@functools.lru_cache(maxsize=256)
+def _positions(family: str) -> tuple[int, int, int, int] | None:
+    """Where tenant, app, retriever and environment sit in a family's labels (-1: absent), or
+    None for a family without both tenant and app (nothing of a tenant's to bound)."""
+    labels = FAMILIES[family].labels
+    if "tenant" not in labels or "app" not in labels:
+        return None
+    index = {name: position for position, name in enumerate(labels)}
+    return (
+        index["tenant"],
+        index["app"],
+        index.get("retriever", -1),
+        index.get("environment", -1),
+    )
+
+
+def bounded(delta: Delta, cap: LabelSetCap) -> Delta:
+    """``delta`` with the label sets past the cap exported under ``OVERFLOW`` and counted."""
+    out = Delta(delta.tenant)
+    for key, amount in delta.values.items():
+        family, labels, part = _unfield(key)
+        positions = _positions(family)
+        if positions is None:
+            out.values[key] += amount
+            continue
+        tenant_at, app_at, retriever_at, environment_at = positions
+        tenant, app = labels[tenant_at], labels[app_at]
+        if retriever_at >= 0 and environment_at >= 0:
+            admitted = cap.admits(
+                LabelSet(tenant, app, labels[retriever_at], labels[environment_at])
+            )
+        else:
+            admitted = cap.admits_app(tenant, app)
+        if admitted:
+            out.values[key] += amount
+            continue
+        replaced = list(labels)
+        for position in (app_at, retriever_at, environment_at):
+            if position >= 0:
+                replaced[position] = OVERFLOW
+        out.values[_field(family, tuple(replaced), part)] += amount
+        if family == "events_accepted":
+            out.values[_field("label_sets_overflow", (tenant,))] += amount
+    return out
 
 
 class Aggregates:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, cap: LabelSetCap | None = None) -> None:
         self.redis = redis
+        self.cap = cap
         self._add_once = redis.register_script(_ADD_ONCE)
         self._add_in_epoch = redis.register_script(_ADD_IN_EPOCH)
         # Parsed hash fields by their raw bytes: a scrape reads every field, and the set of fields
@@ -199,6 +258,7 @@ class Aggregates:
         """Apply ``delta`` if the aggregates are complete; False when a rebuild is due instead."""
         if not delta:
             return True
+        delta = self._bounded(delta)
         args: list[str | float] = []
         for key, amount in delta.values.items():
             args.extend([key, amount])
@@ -206,10 +266,14 @@ class Aggregates:
 
     def force_add(self, delta: Delta) -> None:
         """Apply ``delta`` unconditionally (the rebuild's own totals)."""
+        delta = self._bounded(delta)
         pipe = self.redis.pipeline(transaction=True)
         for key, amount in delta.values.items():
             pipe.hincrbyfloat(HASH_KEY, key, amount)
         pipe.execute()
+
+    def _bounded(self, delta: Delta) -> Delta:
+        return delta if self.cap is None else bounded(delta, self.cap)
 
     def has_epoch(self) -> bool:
         return bool(self.redis.exists(EPOCH_KEY))
@@ -220,6 +284,7 @@ class Aggregates:
 
     def add_once(self, done_key: str, delta: Delta) -> bool:
         """Apply ``delta`` unless ``done_key`` was applied before; True when applied now."""
+        delta = self._bounded(delta)
         args: list[str | float] = [DONE_TTL_SECONDS]
         for key, amount in delta.values.items():
             args.extend([key, amount])
@@ -241,6 +306,7 @@ class Aggregates:
             total = Delta()
             for index in todo:
                 total.merge(deltas[index][1])
+            total = self._bounded(total)
             args: list[str | float] = [DONE_TTL_SECONDS]
             for key, amount in total.values.items():
                 args.extend([key, amount])

@@ -5,17 +5,21 @@ live in Redis (see ``service.telemetry.aggregates``) so that every API process a
 reports the same global numbers: dashboards and rules aggregate across instances with ``max``, never
 ``sum``.
 
-Families (labels in brackets):
-- retrieval_monitor_measure_<measure> histogram [app, retriever, environment, judge, prompt_version]
+Families (labels in brackets; "event labels" are tenant, app, retriever, environment, bounded by
+the label-set cap of ``service.telemetry.cardinality``; the judge's own families describe the
+shared judge and carry no tenant):
+- retrieval_monitor_measure_<measure> histogram [event labels, judge, prompt_version]
   for every measure of the catalogue (``service.measures.catalogue``), with its buckets
-- retrieval_monitor_events_accepted_total [app, retriever, environment]
-- retrieval_monitor_events_duplicate_total [app, retriever, environment]
-- retrieval_monitor_events_rejected_total [reason]
-- retrieval_monitor_events_judged_total [app, retriever, environment, judge, prompt_version]
-- retrieval_monitor_events_failed_total [app, retriever, environment, judge, prompt_version]
-- retrieval_monitor_events_missing_measures_total [app, retriever, environment, judge,
+- retrieval_monitor_events_accepted_total [event labels]
+- retrieval_monitor_events_duplicate_total [event labels]
+- retrieval_monitor_events_rejected_total [tenant, reason]
+- retrieval_monitor_label_sets_overflow_total [tenant]: accepted events exported under the
+  __overflow__ label set
+- retrieval_monitor_events_judged_total [event labels, judge, prompt_version]
+- retrieval_monitor_events_failed_total [event labels, judge, prompt_version]
+- retrieval_monitor_events_missing_measures_total [event labels, judge,
   prompt_version]: judged events whose top-k had a missing label, so no measure was computed
-- retrieval_monitor_feedback_total [app, retriever, environment]
+- retrieval_monitor_feedback_total [event labels]
 - retrieval_monitor_http_responses_total [route, status_class]
 - retrieval_monitor_judge_calls_total [judge, outcome]  (outcome: ok, malformed, error)
 - retrieval_monitor_judge_tokens_total [judge, kind]  (kind: prompt, completion)
@@ -27,19 +31,21 @@ Families (labels in brackets):
   was constrained (json_schema, json_object_schema, json_object, text); the mode in use is the one
   that grows
 - retrieval_monitor_judge_latency_seconds histogram [judge]
-- retrieval_monitor_pipeline_lag_seconds histogram [app]: from receipt to the measures' export
-- retrieval_monitor_events_sampled_total [app, retriever, environment, reason]  (reason: gold,
+- retrieval_monitor_pipeline_lag_seconds histogram [tenant, app]: from receipt to the measures'
+  export
+- retrieval_monitor_events_sampled_total [event labels, reason]  (reason: gold,
   sampled): events chosen for judging; divided by events_accepted it is the sampled share
-- retrieval_monitor_events_skipped_total [app, retriever, environment, reason]  (reason:
+- retrieval_monitor_events_skipped_total [event labels, reason]  (reason:
   unsampled, budget, shed): events that will not be judged, and why
-- retrieval_monitor_events_deferred_total [app, retriever, environment, reason]  (reason: budget):
+- retrieval_monitor_events_deferred_total [event labels, reason]  (reason: budget):
   judge attempts put off until a budget window resets
-- retrieval_monitor_judge_app_calls_total [app, judge], retrieval_monitor_judge_app_tokens_total
-  [app, judge, kind], retrieval_monitor_judge_cost_dollars_total [app, judge]: spend per app
+- retrieval_monitor_judge_app_calls_total [tenant, app, judge],
+  retrieval_monitor_judge_app_tokens_total [tenant, app, judge, kind],
+  retrieval_monitor_judge_cost_dollars_total [tenant, app, judge]: spend per app
   (dollars from the price table in settings)
-- retrieval_monitor_signal_{empty,short}_retrievals_total [app, retriever, environment]
+- retrieval_monitor_signal_{empty,short}_retrievals_total [event labels]
 - retrieval_monitor_signal_{top_score,score_gap,duplicate_ratio,passage_length_characters}
-  histograms [app, retriever, environment]: judge-free signals of every accepted event
+  histograms [event labels]: judge-free signals of every accepted event
 - retrieval_monitor_queue_depth gauge [queue]
 - retrieval_monitor_oldest_pending_event_age_seconds gauge
 - retrieval_monitor_events_pending gauge
@@ -58,8 +64,10 @@ from service.measures.catalogue import MEASURES, UNIT_BUCKETS
 
 NAMESPACE = "retrieval_monitor"
 
-MeasureLabels = ("app", "retriever", "environment", "judge", "prompt_version")
-EventLabels = ("app", "retriever", "environment")
+# Every series of a tenant's events carries the tenant (from its API key; "default" without keys),
+# so no tenant's events can move another's series, whatever app names they use.
+MeasureLabels = ("tenant", "app", "retriever", "environment", "judge", "prompt_version")
+EventLabels = ("tenant", "app", "retriever", "environment")
 
 # One histogram per measure of the catalogue, with the catalogue's buckets.
 MEASURE_BUCKETS: dict[str, tuple[float, ...]] = {m.name: m.buckets for m in MEASURES}
@@ -106,7 +114,16 @@ FAMILIES: dict[str, Family] = {
         ),
         _counter("events_accepted", "Events accepted and committed.", EventLabels),
         _counter("events_duplicate", "Events sent again with a known event_id.", EventLabels),
-        _counter("events_rejected", "Events refused at ingest, by reason.", ("reason",)),
+        _counter(
+            "events_rejected",
+            "Events refused at ingest, by reason (only callers already identified).",
+            ("tenant", "reason"),
+        ),
+        _counter(
+            "label_sets_overflow",
+            "Accepted events exported under the __overflow__ label set (past a label-set cap).",
+            ("tenant",),
+        ),
         _counter("events_judged", "Events judged and scored.", MeasureLabels),
         _counter("events_failed", "Events whose judging failed for good.", MeasureLabels),
         _counter(
@@ -143,9 +160,13 @@ FAMILIES: dict[str, Family] = {
             "Judge attempts put off until a budget window resets.",
             (*EventLabels, "reason"),
         ),
-        _counter("judge_app_calls", "Judge calls per app.", ("app", "judge")),
-        _counter("judge_app_tokens", "Judge tokens per app, by kind.", ("app", "judge", "kind")),
-        _counter("judge_cost_dollars", "Judge spend per app, in dollars.", ("app", "judge")),
+        _counter("judge_app_calls", "Judge calls per app.", ("tenant", "app", "judge")),
+        _counter(
+            "judge_app_tokens", "Judge tokens per app, by kind.", ("tenant", "app", "judge", "kind")
+        ),
+        _counter(
+            "judge_cost_dollars", "Judge spend per app, in dollars.", ("tenant", "app", "judge")
+        ),
         _counter("signal_empty_retrievals", "Events with no passage in the top k.", EventLabels),
         _counter(
             "signal_short_retrievals",
@@ -191,7 +212,7 @@ FAMILIES: dict[str, Family] = {
             "pipeline_lag_seconds",
             "histogram",
             "Time from an event's receipt to its measures being exported.",
-            ("app",),
+            ("tenant", "app"),
             LAG_BUCKETS,
         ),
     ]

@@ -34,8 +34,15 @@ def ensure_aggregates(runtime: Runtime) -> bool:
     cutoff = event_store.utcnow()
     with session_scope(runtime.engine) as session:
         accepted = Delta()
-        for app, retriever, environment, count in event_store.accepted_counts(session, cutoff):
-            labels = {"app": app, "retriever": retriever, "environment": environment}
+        for tenant, app, retriever, environment, count in event_store.accepted_counts(
+            session, cutoff
+        ):
+            labels = {
+                "tenant": tenant,
+                "app": app,
+                "retriever": retriever,
+                "environment": environment,
+            }
             accepted.inc("events_accepted", labels, count)
         if accepted:
             aggregates.force_add(accepted)
@@ -44,6 +51,7 @@ def ensure_aggregates(runtime: Runtime) -> bool:
         while page := judging_store.scored_events(session, after, PAGE):
             for scored in page:
                 who = ExportLabels(
+                    tenant=scored.tenant,
                     app=scored.app,
                     retriever=scored.retriever,
                     environment=scored.environment,

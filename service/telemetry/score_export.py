@@ -13,6 +13,7 @@ from service.telemetry.aggregates import Delta
 
 @dataclass(frozen=True)
 class ExportLabels:
+    tenant: str
     app: str
     retriever: str
     environment: str
@@ -31,6 +32,7 @@ def score_delta(
 ) -> Delta:
     """``score`` and ``run`` are the column values of the scores and judge_runs rows."""
     labels = {
+        "tenant": who.tenant,
         "app": who.app,
         "retriever": who.retriever,
         "environment": who.environment,

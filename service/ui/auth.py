@@ -1,10 +1,12 @@
 """Who is reading the pages: the API's key check, plus a cookie a browser can carry.
 
-A browser cannot add an Authorization header to a page navigation, so the login form stores the
-key in an HttpOnly, SameSite=Strict cookie and ``ui_principal`` accepts it beside the API's two
-headers. Changes made with the cookie (recording a miss cause) also need the ``X-Requested-By``
-header: a cross-site form cannot set it, and a cross-site fetch() that does is preflighted and
-refused, so a page elsewhere cannot act with the cookie.
+A browser cannot add an Authorization header to a page navigation, so the login form opens a
+session (``service.api.sessions``: a random token with an expiry, never the key itself) kept in an
+HttpOnly, SameSite=Strict cookie, and ``ui_principal`` accepts it beside the API's two headers.
+Logging out ends the session on the server. Changes made with the cookie (recording a miss
+cause) also need the ``X-Requested-By`` header: a cross-site form cannot set it, and a
+cross-site fetch() that does is preflighted and refused, so a page elsewhere cannot act with the
+cookie.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from urllib.parse import quote, urlsplit
 
 from fastapi import HTTPException, Request, status
 
-from service.api.auth import presented_key
+from service.api.auth_gate import check_credential
 from service.api.keys import ANONYMOUS, Principal
+from service.api.sessions import SESSION_SECONDS
 from service.api.state import AppState, app_state
 
-COOKIE_NAME = "rm_ui_key"
-COOKIE_MAX_AGE_SECONDS = 12 * 3600
+COOKIE_MAX_AGE_SECONDS = SESSION_SECONDS
 UI_HEADER = "x-requested-by"
 UI_HEADER_VALUE = "retrieval-monitor-ui"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -45,18 +47,12 @@ def _resolve(request: Request, state: AppState) -> Principal | None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail="cross-site request refused")
     if not state.runtime.settings.auth_required:
         return ANONYMOUS
-    key = presented_key(request)
-    from_cookie = False
-    if key is None:
-        key = request.cookies.get(COOKIE_NAME) or None
-        from_cookie = key is not None
-    if key is None:
-        return None
-    principal = state.keys.principal(key)
+    credential = check_credential(request.headers, state.keys, state.sessions)
+    principal = credential.principal
     if principal is None:
         return None
     if (
-        from_cookie
+        credential.from_cookie
         and request.method not in SAFE_METHODS
         and request.headers.get(UI_HEADER) != UI_HEADER_VALUE
     ):
@@ -91,6 +87,17 @@ def page_principal(request: Request) -> Principal:
             headers={"Location": f"/ui/login?next={quote(target, safe='')}"},
         )
     return principal
+
+
+def served_over_tls(request: Request, trust_forwarded_proto: bool) -> bool:
+    """Whether the browser reached us over HTTPS, also when a TLS-terminating proxy in front
+    says so in X-Forwarded-Proto (only trusted when configured: anyone can send the header)."""
+    if request.url.scheme == "https":
+        return True
+    if not trust_forwarded_proto:
+        return False
+    forwarded = request.headers.get("x-forwarded-proto", "")
+    return forwarded.split(",")[0].strip().lower() == "https"
 
 
 def safe_next(target: str | None) -> str:

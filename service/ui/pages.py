@@ -13,6 +13,8 @@ from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from service.api.deps import PageCaller, StateDep
+from service.api.keys import key_hash
+from service.api.sessions import COOKIE_NAME
 from service.api.state import app_state
 from service.measures.catalogue import LISTED, MEASURE_NAMES
 from service.store import events as event_store
@@ -21,11 +23,11 @@ from service.ui import queries as page_store
 from service.ui import views
 from service.ui.auth import (
     COOKIE_MAX_AGE_SECONDS,
-    COOKIE_NAME,
     UI_HEADER,
     UI_HEADER_VALUE,
     cross_site,
     safe_next,
+    served_over_tls,
 )
 from service.ui.filters import UNCLASSIFIED, WINDOWS, EventFilter, parse_filter
 from service.ui.render import MISS_CAUSE_TITLES, render
@@ -226,20 +228,24 @@ async def login(request: Request, state: StateDep) -> Response:
     response = RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(
         COOKIE_NAME,
-        key,
+        state.sessions.open(key_hash(key)),
         max_age=COOKIE_MAX_AGE_SECONDS,
         path="/",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=served_over_tls(request, state.runtime.settings.trust_forwarded_proto),
     )
     return response
 
 
 @router.post("/logout")
-def logout(request: Request) -> Response:
+def logout(request: Request, state: StateDep) -> Response:
+    """End the session on the server (a copy of the cookie stops working) and drop the cookie."""
     if cross_site(request):
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail="cross-site request refused")
+    token = request.cookies.get(COOKIE_NAME)
+    if token:
+        state.sessions.close(token)
     response = RedirectResponse("/ui/login", status_code=status.HTTP_303_SEE_OTHER)
     response.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict")
     return response

@@ -495,6 +495,7 @@ def test_a_collapse_pages_through_prometheus_and_alertmanager(
                 "alertname": ALERT,
                 "severity": "critical",
                 "job": "retrieval-monitor",
+                "tenant": "default",  # keys off: every event is the default tenant's
                 "app": APP,
                 "retriever": RETRIEVER,
                 "environment": ENVIRONMENT,

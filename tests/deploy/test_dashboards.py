@@ -35,6 +35,7 @@ RECORDED = re.compile(r"[a-z_]+:retrieval_monitor_[a-z0-9_]+:[a-z0-9_]+")
 # What a variable or Grafana macro stands for when the queries are checked or evaluated.
 TEST_VALUES = {
     "$__rate_interval": "1m",
+    "$tenant": ".*",
     "$environment": ".*",
     "$app": ".*",
     "$retriever": ".*",
@@ -222,7 +223,7 @@ def test_the_dashboards_cover_what_each_audience_needs() -> None:
 def test_every_dashboard_has_the_variables_and_uses_the_datasource_variable() -> None:
     for name, board in shipped().items():
         variables = {v["name"]: v for v in board["templating"]["list"]}
-        expected = {"datasource", "environment", "app", "retriever"}
+        expected = {"datasource", "tenant", "environment", "app", "retriever"}
         if board["uid"] == "retrieval-monitor-judge":
             expected.add("judge")
         assert set(variables) == expected, name

@@ -385,3 +385,13 @@ def test_rm_variables_are_real_settings(compose: dict[str, Any]) -> None:
     assert in_example <= known
     for name in APP_SERVICES:
         assert set(services(compose)[name]["environment"]) <= known
+
+
+def test_the_api_comes_up_with_keys_required(compose: dict[str, Any]) -> None:
+    environment = services(compose)["api"]["environment"]
+    # "${RM_AUTH_REQUIRED:-true}": on unless .env says otherwise.
+    assert re.fullmatch(r"\$\{RM_AUTH_REQUIRED:-true\}", environment["RM_AUTH_REQUIRED"])
+    api = cli.build_parser().parse_args(services(compose)["api"]["command"])
+    settings = Settings.model_validate({"host": api.host, "auth_required": True})
+    assert cli.open_remote_refusal(settings) is None
+    assert cli.open_remote_refusal(settings.model_copy(update={"auth_required": False}))

@@ -194,6 +194,8 @@ def test_the_runtime_runs_as_the_unprivileged_user_the_chart_expects() -> None:
 def test_the_runtime_settings_suit_a_container() -> None:
     env = runtime_env()
     assert env["RM_HOST"] == "0.0.0.0"
+    # Listening on every interface, so keys are required unless a deployment says otherwise.
+    assert env["RM_AUTH_REQUIRED"] == "true"
     assert env["RM_DATA_DIR"] == DATA_DIR
     assert env["HOME"] == DATA_DIR
     assert env["PYTHONDONTWRITEBYTECODE"] == "1"

@@ -109,7 +109,7 @@ def test_every_alert_has_severity_summary_description_and_a_runbook_entry() -> N
         if line.startswith("## ")
     }
     names = [alert["alert"] for alert in alerts()]
-    assert len(names) == len(set(names)) == 12
+    assert len(names) == len(set(names)) == 13
     for alert in alerts():
         assert alert["labels"]["severity"] in {"critical", "warning"}, alert["alert"]
         annotations = alert["annotations"]

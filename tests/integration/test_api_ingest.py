@@ -212,12 +212,20 @@ def test_health_readiness_and_docs(client: TestClient) -> None:
     ready = client.get("/readyz")
     assert ready.status_code == 200
     assert ready.json() == {"status": "ready", "database": "ok", "redis": "ok"}
-    assert client.get("/docs").status_code == 200
+    docs = client.get("/docs")
+    assert docs.status_code == 200
+    # Swagger UI from this service, nothing from a CDN.
+    assert "/docs/assets/swagger-ui-bundle.js" in docs.text
+    assert "https://" not in docs.text
+    bundle = client.get("/docs/assets/swagger-ui-bundle.js")
+    assert bundle.status_code == 200
+    assert "javascript" in bundle.headers["content-type"]
+    assert client.get("/redoc").status_code == 404
     spec = client.get("/openapi.json").json()
     assert {"/v1/events", "/v1/events/batch", "/v1/events/{event_id}"} <= set(spec["paths"])
 
 
-def test_readiness_fails_when_redis_is_unreachable(tmp_path, sqlite_url) -> None:  # type: ignore[no-untyped-def]
+def test_readiness_holds_through_a_redis_outage(tmp_path, sqlite_url) -> None:  # type: ignore[no-untyped-def]
     from service.api.app import create_app
     from service.store.migrate import upgrade
     from tests.conftest import make_settings
@@ -226,10 +234,26 @@ def test_readiness_fails_when_redis_is_unreachable(tmp_path, sqlite_url) -> None
     settings = make_settings(tmp_path, sqlite_url, "redis://127.0.0.1:1/0")
     with TestClient(create_app(settings)) as client:
         ready = client.get("/readyz")
-        assert ready.status_code == 503
+        # Still ready (every replica sees the same outage; pulling them all would refuse
+        # ingest), but saying so.
+        assert ready.status_code == 200
+        assert ready.json()["status"] == "degraded"
         assert ready.json()["redis"].startswith("error")
         # Accepting still works: the event is committed; counting and enqueueing wait.
         assert client.post("/v1/events", json=make_event("ev-1")).status_code == 202
+
+
+def test_readiness_fails_when_the_database_is_unreachable(tmp_path: Path, redis_url: str) -> None:
+    from service.api.app import create_app
+    from tests.conftest import make_settings
+
+    unreachable = "postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=2"
+    settings = make_settings(tmp_path, unreachable, redis_url)
+    with TestClient(create_app(settings)) as client:
+        ready = client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["status"] == "not ready"
+        assert ready.json()["database"].startswith("error")
 
 
 def test_concurrent_sends_of_one_batch_store_each_event_once(

@@ -140,11 +140,13 @@ def test_overrides_prices_and_estimates() -> None:
 
 
 def test_spend_delta_carries_app_and_cost() -> None:
-    delta = spend_delta("bot", "llm", price_for("m", budget_settings().judge_prices), 1, 1000, 100)
+    delta = spend_delta(
+        "default", "bot", "llm", price_for("m", budget_settings().judge_prices), 1, 1000, 100
+    )
     values = dict(delta.values)
-    assert values['["judge_app_calls",["bot","llm"],""]'] == 1
-    assert values['["judge_app_tokens",["bot","llm","prompt"],""]'] == 1000
-    assert values['["judge_cost_dollars",["bot","llm"],""]'] == pytest.approx(0.65)
+    assert values['["judge_app_calls",["default","bot","llm"],""]'] == 1
+    assert values['["judge_app_tokens",["default","bot","llm","prompt"],""]'] == 1000
+    assert values['["judge_cost_dollars",["default","bot","llm"],""]'] == pytest.approx(0.65)
 
 
 def _states(settings: Settings) -> dict[str, tuple[str, str | None]]:

@@ -76,7 +76,7 @@ def store(settings: Settings, events: list[tuple[str, list[str]]]) -> tuple[Runt
 
 def judged_count(runtime: Runtime, judge: Judge) -> float:
     who = judge.identity
-    key = ("events_judged", ("shop", "bm25", "", who.judge, who.prompt_version), "")
+    key = ("events_judged", ("default", "shop", "bm25", "", who.judge, who.prompt_version), "")
     return runtime.aggregates.read().get(key, 0.0)
 
 
@@ -237,9 +237,9 @@ def test_a_partly_counted_slice_adds_only_its_uncounted_events(redis_url: str) -
     )
     assert flags == [False, True, False, True]
     values = aggregates.read()
-    assert values[("events_judged", ("shop", "", "", "j", ""), "")] == 4
-    assert values[("measure_precision", ("shop", "", "", "j", ""), "sum")] == pytest.approx(1.5)
-    assert values[("judge_app_calls", ("shop", "j"), "")] == 4
+    assert values[("events_judged", ("", "shop", "", "", "j", ""), "")] == 4
+    assert values[("measure_precision", ("", "shop", "", "", "j", ""), "sum")] == pytest.approx(1.5)
+    assert values[("judge_app_calls", ("", "shop", "j"), "")] == 4
     # Nothing new: nothing applied, however often it comes back.
     assert aggregates.add_many_once([("e2", delta(0.2)), ("e4", delta(0.9))]) == [False, False]
-    assert aggregates.read()[("events_judged", ("shop", "", "", "j", ""), "")] == 4
+    assert aggregates.read()[("events_judged", ("", "shop", "", "", "j", ""), "")] == 4

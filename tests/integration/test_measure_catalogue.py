@@ -139,7 +139,7 @@ def test_each_measure_is_exported_as_a_histogram_with_its_buckets() -> None:
 
 
 def exported_families(score: dict[str, Any]) -> dict[str, float]:
-    who = ExportLabels("shop", "bm25", "prod", "judge", "v1", judged_passages=4)
+    who = ExportLabels("default", "shop", "bm25", "prod", "judge", "v1", judged_passages=4)
     observed: dict[str, float] = {}
     for key, value in score_delta(who, score, None).values.items():
         family, _labels, part = json.loads(key)

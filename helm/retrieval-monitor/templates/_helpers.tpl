@@ -101,7 +101,7 @@ judgeApiKey: RM_JUDGE_API_KEY
 
 {{/*
 Environment variables of the connection settings.
-With the subcharts the URLs are assembled in the pod from the passwords the subcharts generate
+With the companion releases the URLs are assembled in the pod from the passwords they generate
 (Kubernetes expands $(VAR) from variables defined before it).
 Call with (dict "root" . "database" true "redis" true "judgeKey" false).
 */}}

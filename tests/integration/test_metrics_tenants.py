@@ -1,0 +1,159 @@
+"""Tenants and /metrics: every series carries its tenant, no tenant moves another's series,
+/metrics needs an admin key when keys are on, and distinct label sets are capped."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.api.keys import key_hash, new_key
+from service.settings import Settings
+from service.store import keys as keys_repository
+from service.store.engine import make_engine, session_scope
+from service.store.events import utcnow
+from service.telemetry.cardinality import OVERFLOW
+from tests.conftest import make_settings
+from tests.helpers import make_event
+
+ACCEPTED = "retrieval_monitor_events_accepted_total"
+
+
+def add_key(settings: Settings, tenant: str, admin: bool = False) -> str:
+    key = new_key()
+    engine = make_engine(settings.database_url)
+    with session_scope(engine) as session:
+        keys_repository.add_key(session, tenant, key_hash(key), "", admin, utcnow())
+        session.commit()
+    engine.dispose()
+    return key
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def series(**labels: str) -> str:
+    """A sample's label text as the page writes it (names in order)."""
+    return ",".join(f'{name}="{value}"' for name, value in sorted(labels.items()))
+
+
+def samples(page: str, family: str) -> dict[str, float]:
+    """Label text -> value of every sample of ``family``."""
+    found: dict[str, float] = {}
+    for match in re.finditer(rf"^{family}\{{(.*)\}} (\S+)$", page, re.MULTILINE):
+        found[match.group(1)] = float(match.group(2))
+    return found
+
+
+@pytest.fixture
+def keyed(tmp_path: Path, store_url: str, redis_url: str) -> Iterator[tuple[TestClient, Settings]]:
+    settings = make_settings(tmp_path, store_url, redis_url, auth_required=True)
+    with TestClient(create_app(settings)) as client:
+        yield client, settings
+
+
+def test_a_tenant_cannot_move_another_tenants_series(
+    keyed: tuple[TestClient, Settings],
+) -> None:
+    client, settings = keyed
+    acme, globex = add_key(settings, "acme"), add_key(settings, "globex")
+    admin = add_key(settings, "ops", admin=True)
+    first = {"events": [make_event("a1")]}
+    assert client.post("/v1/events/batch", json=first, headers=bearer(acme)).status_code == 200
+
+    # /metrics is closed by default once keys are on: no key, and a tenant's key, are refused.
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers=bearer(acme)).status_code == 401
+    before = samples(client.get("/metrics", headers=bearer(admin)).text, ACCEPTED)
+    acme_shop = series(tenant="acme", app="shop", retriever="bm25-v1", environment="")
+    assert before[acme_shop] == 1
+
+    # globex sends under acme's app name, and sends garbage; nobody without a key gets counted.
+    batch = {"events": [make_event(f"g{i}") for i in range(5)]}
+    assert client.post("/v1/events/batch", json=batch, headers=bearer(globex)).status_code == 200
+    for _ in range(3):
+        assert client.post("/v1/events", json={"app": 1}, headers=bearer(globex)).status_code == 422
+        assert client.post("/v1/events", json={"app": 1}).status_code == 401
+
+    page = client.get("/metrics", headers=bearer(admin)).text
+    after = samples(page, ACCEPTED)
+    assert after[acme_shop] == 1
+    assert after[series(tenant="globex", app="shop", retriever="bm25-v1", environment="")] == 5
+    rejected = samples(page, "retrieval_monitor_events_rejected_total")
+    assert rejected == {series(tenant="globex", reason="invalid"): 3}
+    # Every event series names its tenant.
+    for family in (ACCEPTED, "retrieval_monitor_signal_top_score_count"):
+        assert all('tenant="' in labels for labels in samples(page, family))
+
+
+def test_a_thousand_app_names_keep_metrics_small(
+    keyed: tuple[TestClient, Settings], capsys: pytest.CaptureFixture[str]
+) -> None:
+    client, settings = keyed
+    acme, admin = add_key(settings, "acme"), add_key(settings, "ops", admin=True)
+    client.post("/v1/events/batch", json={"events": [make_event("first")]}, headers=bearer(acme))
+    before = client.get("/metrics", headers=bearer(admin)).content
+
+    batch = {"events": [make_event(f"e{i}", app=f"app-{i}") for i in range(1000)]}
+    answer = client.post("/v1/events/batch", json=batch, headers=bearer(acme))
+    assert answer.status_code == 200
+    assert {r["status"] for r in answer.json()["results"]} == {"accepted"}
+
+    after = client.get("/metrics", headers=bearer(admin)).content
+    with capsys.disabled():
+        print(f"\n/metrics: {len(before)} bytes before, {len(after)} bytes after 1,000 apps")
+    page = after.decode()
+    accepted = samples(page, ACCEPTED)
+    apps = {re.findall(r'app="([^"]*)"', labels)[0] for labels in accepted}
+    cap = settings.max_label_sets_per_tenant
+    # The first label set ("shop") and cap - 1 of the new apps keep their own series.
+    assert len(apps - {OVERFLOW}) == cap
+    overflowed = 1001 - cap
+    overflow_set = series(tenant="acme", app=OVERFLOW, retriever=OVERFLOW, environment=OVERFLOW)
+    assert accepted[overflow_set] == overflowed
+    assert samples(page, "retrieval_monitor_label_sets_overflow_total") == {
+        'tenant="acme"': overflowed
+    }
+    # Each label set costs a bounded number of bytes, whatever the number of app names sent.
+    per_label_set = (len(after) - len(before)) / cap
+    assert len(after) < len(before) + (cap + 1) * per_label_set * 1.01
+    assert len(after) < 1000 * per_label_set / 5
+    # The overflowed events are stored as sent.
+    stored = client.get("/v1/events/e999", headers=bearer(acme))
+    assert stored.status_code == 200
+    assert stored.json()["app"] == "app-999"
+
+
+def test_the_overall_cap_holds_across_tenants(
+    tmp_path: Path, store_url: str, redis_url: str
+) -> None:
+    settings = make_settings(
+        tmp_path,
+        store_url,
+        redis_url,
+        auth_required=True,
+        max_label_sets_per_tenant=8,
+        max_label_sets=12,
+    )
+    with TestClient(create_app(settings)) as client:
+        acme, globex = add_key(settings, "acme"), add_key(settings, "globex")
+        admin = add_key(settings, "ops", admin=True)
+        for tenant, key in (("acme", acme), ("globex", globex)):
+            batch = {"events": [make_event(f"{tenant}-{i}", app=f"a{i}") for i in range(10)]}
+            assert (
+                client.post("/v1/events/batch", json=batch, headers=bearer(key)).status_code == 200
+            )
+        page = client.get("/metrics", headers=bearer(admin)).text
+    accepted = samples(page, ACCEPTED)
+    own = [labels for labels in accepted if OVERFLOW not in labels]
+    assert len([labels for labels in own if 'tenant="acme"' in labels]) == 8
+    assert len([labels for labels in own if 'tenant="globex"' in labels]) == 4
+    assert samples(page, "retrieval_monitor_label_sets_overflow_total") == {
+        'tenant="acme"': 2,
+        'tenant="globex"': 6,
+    }
