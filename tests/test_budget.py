@@ -228,3 +228,44 @@ def test_budget_gauges_report_what_is_left_per_app_and_capped_window(redis_url: 
         ("quiet", "tokens_per_hour"): LIMIT,
         ("quiet", "dollars_per_day"): 3,
     }
+
+
+def test_events_deferred_by_a_spent_budget_are_judged_once_the_window_resets(
+    llm_settings: Settings, worker_factory: WorkerFactory, fake_llm: FakeLLM
+) -> None:
+    settings = llm_settings.model_copy(
+        update={
+            "budget_tokens_per_day": 1500,
+            "budget_policy": "wait",
+            "judge_max_tokens": 200,
+            "pending_requeue_seconds": 1,
+            "sweep_interval_seconds": 0.5,
+        }
+    )
+    fake_llm.set_labels(default_grade=2)
+    events = [make_event(f"ev-{i}", n=3, query=f"distinct question {i}") for i in range(16)]
+    worker_factory(settings, concurrency=2, with_scheduler=True).start()
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/v1/events/batch", json={"events": events}).status_code == 200
+
+        def judged() -> int:
+            return sum(s == "judged" for s, _ in _states(settings).values())
+
+        def spent_and_deferred() -> bool:
+            deferred = _metric(client, "retrieval_monitor_events_deferred_total", reason="budget")
+            return deferred > 0 and judged() + deferred >= len(events)
+
+        wait_for(spent_and_deferred, timeout=90)
+        held_back = len(events) - judged()
+        assert held_back > 0
+        assert all(r is None for _, r in _states(settings).values())  # none skipped
+        calls_before = fake_llm.stats()["calls"]
+        # The day turns: the window's counters start again from nothing, and the deferred
+        # events come back until the new window is spent too. Day after day, all get judged.
+        store = redis.Redis.from_url(settings.redis_url)
+        budget = Budget(store, settings)
+        while (before := judged()) < len(events):
+            store.delete(*budget.keys("shop", time.time()))
+            wait_for(lambda: judged() > before, timeout=60)
+    # Each deferred event cost one call, made after the reset; none was judged twice.
+    assert fake_llm.stats()["calls"] == calls_before + held_back

@@ -174,7 +174,7 @@ def test_a_backlog_older_than_the_requeue_time_is_not_sent_again(
             pending = db_scalar(settings, "SELECT count(*) FROM events WHERE status='pending'")
             depths.append((int(client.llen(settings.queue_name)), pending))
             if pending > events // 2:
-                sweeps_with_a_stale_backlog = _sweeps(worker)
+                sweeps_with_a_stale_backlog = _finished_tasks(worker, "events.sweep")
             return pending == 0
 
         wait_for(judged_all, timeout=120, interval=0.1)
@@ -185,13 +185,6 @@ def test_a_backlog_older_than_the_requeue_time_is_not_sent_again(
     assert max(depth for depth, _ in depths) <= events
     assert fake_llm.stats()["calls"] == events
     assert db_scalar(settings, "SELECT count(*) FROM scores") == events
-
-
-def _sweeps(worker: WorkerProcess) -> int:
-    return sum(
-        "events.sweep" in line and "succeeded" in line
-        for line in worker.log_path.read_text(errors="replace").splitlines()
-    )
 
 
 def test_waiting_events_are_read_from_the_queue(redis_url: str) -> None:
@@ -267,3 +260,44 @@ def test_the_export_marker_is_what_stops_a_second_count(
     runtime.redis.delete(DONE_PREFIX + done_key(pk, who.judge, who.prompt_version))
     judging.judge_events(runtime, judge, [pk])
     assert counter(settings.redis_url, "events_judged") == 2
+
+
+def test_a_judge_down_past_the_last_retry_marks_the_event_failed_and_counts_it_once(
+    tmp_path: Path,
+    sqlite_url: str,
+    redis_url: str,
+    fake_llm: FakeLLM,
+    worker_factory: WorkerFactory,
+) -> None:
+    from service.queue import JUDGE_TASK
+    from workers.tasks import MAX_TASK_RETRIES
+
+    upgrade(sqlite_url)
+    settings = make_settings(
+        tmp_path, sqlite_url, redis_url, judge_base_url=fake_llm.base_url, judge_max_retries=0
+    )
+    _runtime, pk = store_event(settings, "down", "a question", ["first text"], 1)
+    fake_llm.set_fault("http_500", count=None)
+    worker = worker_factory(settings).start()
+    sender = Celery(broker=redis_url)
+    # The task as it arrives for its last attempt (the earlier ones back off for about an hour).
+    sender.send_task(JUDGE_TASK, args=[pk], queue=settings.queue_name, retries=MAX_TASK_RETRIES)
+    wait_for(
+        lambda: db_scalar(settings, "SELECT count(*) FROM events WHERE status='failed'") == 1,
+        timeout=60,
+    )
+    wait_for(lambda: counter(redis_url, "events_failed") == 1, timeout=30)
+    # Delivered once more (a lost acknowledgement): the judge is asked, the count stays.
+    sender.send_task(JUDGE_TASK, args=[pk], queue=settings.queue_name, retries=MAX_TASK_RETRIES)
+    wait_for(lambda: _finished_tasks(worker, "judge.event") == 2, timeout=60)
+    assert fake_llm.stats()["calls"] == 2
+    assert counter(redis_url, "events_failed") == 1
+    assert counter(redis_url, "judge_failures") == 2
+    assert db_scalar(settings, "SELECT count(*) FROM scores") == 0  # failed, never a made-up 0
+
+
+def _finished_tasks(worker: WorkerProcess, name: str) -> int:
+    return sum(
+        f"{name}[" in line and "succeeded" in line
+        for line in worker.log_path.read_text(errors="replace").splitlines()
+    )

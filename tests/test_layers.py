@@ -52,7 +52,8 @@ def test_every_stage_has_a_rule_and_a_docstring() -> None:
     assert set(ALLOWED) == STAGES
     for stage in STAGES:
         doc = ast.get_docstring(ast.parse((SERVICE / stage / "__init__.py").read_text()))
-        assert doc and "import" in doc, f"service/{stage}/__init__.py says what it may import"
+        assert doc, f"service/{stage}/__init__.py has a docstring"
+        assert "import" in doc, f"service/{stage}/__init__.py says what it may import"
 
 
 def test_few_modules_at_the_root() -> None:
