@@ -244,6 +244,20 @@ class WorkerProcess:
         self.log.close()
 
 
+def processes_that_judged(workers: list[WorkerProcess]) -> set[tuple[str, str]]:
+    """(worker log, pool process) pairs whose judge tasks called the judge or met the budget:
+    which processes really took part, read from the workers' own task logs."""
+    found: set[tuple[str, str]] = set()
+    for worker in workers:
+        for line in worker.log_path.read_text(errors="replace").splitlines():
+            if "Task judge.events[" not in line or "succeeded" not in line:
+                continue
+            if "'judged'" in line or "'over_budget'" in line:
+                process = line.split("/", 1)[1].split("]", 1)[0]
+                found.add((worker.log_path.name, process))
+    return found
+
+
 class WorkerFactory:
     """Starts worker processes for a test and stops them all when it ends."""
 
