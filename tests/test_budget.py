@@ -197,7 +197,7 @@ def test_two_worker_processes_share_one_budget(
         def spend_exported() -> bool:
             # The last settle and its counters land after the status that ``settled`` reads.
             stats = fake_llm.stats()
-            used = stats["prompt_tokens"] + stats["completion_tokens"]
+            used = float(stats["prompt_tokens"] + stats["completion_tokens"])
             return _metric(client, "retrieval_monitor_judge_app_tokens_total", app="shop") == used
 
         wait_for(spend_exported, timeout=30)
