@@ -10,11 +10,12 @@ scripts/install-browser.sh
 scripts/install-llama-server.sh
 
 # Redis: the tests use database 15 of the server on 127.0.0.1:6379; start one if none answers.
+# The binary is needed even when a server answers: fault tests start private ones to restart.
+if ! command -v redis-server >/dev/null; then
+  echo "==> installing redis-server"
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+fi
 if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
-  if ! command -v redis-server >/dev/null; then
-    echo "==> installing redis-server"
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null
-  fi
   echo "==> starting redis-server on 127.0.0.1:6379"
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
 fi

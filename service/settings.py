@@ -321,7 +321,10 @@ class Settings(BaseSettings):
 
     # --- pipeline timing -----------------------------------------------------------------------
     pending_requeue_seconds: float = Field(
-        300.0, gt=0, description="An event still pending this long after enqueue is re-enqueued."
+        300.0,
+        gt=0,
+        description="An event still pending this long after enqueue is re-enqueued, unless it "
+        "still waits in the queue or a worker is judging it (a claim on the event lasts as long).",
     )
     sweep_interval_seconds: float = Field(
         60.0, gt=0, description="How often the sweeper looks for events left pending."

@@ -13,10 +13,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -39,6 +39,35 @@ REDIS_URL = os.environ.get("RM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 POSTGRES_ADMIN_URL = os.environ.get(
     "RM_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+
+
+# Skips that stay skips in CI: opt-in outputs and checks of a platform detail, which no missing
+# install can explain. Every other skip there means a prerequisite the test command should have
+# provided (a tool, a data set, a server, root namespaces) and fails the run instead.
+SKIPS_ALLOWED_IN_CI = (
+    "set RM_UI_SCREENSHOTS_DIR",  # writes the docs' screenshots when asked to
+    "numpy's BLAS is not an OpenBLAS",  # the thread-count check needs OpenBLAS's own API
+)
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    """In CI, a skip outside ``SKIPS_ALLOWED_IN_CI`` is a failure: it hides a missing part."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if not (report.skipped and in_ci()) or hasattr(report, "wasxfail"):
+        return
+    reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if any(allowed in reason for allowed in SKIPS_ALLOWED_IN_CI):
+        return
+    report.outcome = "failed"
+    report.longrepr = f"skipped in CI (CI={os.environ.get('CI')}), which needs it to run: {reason}"
 
 
 @pytest.fixture
@@ -67,9 +96,7 @@ def postgres_server_url() -> Iterator[str]:
     try:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:  # no server: only a hard failure in CI
-        if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL at {POSTGRES_ADMIN_URL} is required in CI: {exc}")
+    except Exception as exc:  # no server: a skip, which fails in CI (pytest_runtest_makereport)
         pytest.skip(f"no PostgreSQL at {POSTGRES_ADMIN_URL}: {exc}")
     url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     yield url
@@ -213,6 +240,20 @@ class WorkerProcess:
             self.process.kill()
             self.process.wait()
         self.log.close()
+
+
+def processes_that_judged(workers: list[WorkerProcess]) -> set[tuple[str, str]]:
+    """(worker log, pool process) pairs whose judge tasks called the judge or met the budget:
+    which processes really took part, read from the workers' own task logs."""
+    found: set[tuple[str, str]] = set()
+    for worker in workers:
+        for line in worker.log_path.read_text(errors="replace").splitlines():
+            if "Task judge.events[" not in line or "succeeded" not in line:
+                continue
+            if "'judged'" in line or "'over_budget'" in line:
+                process = line.split("/", 1)[1].split("]", 1)[0]
+                found.add((worker.log_path.name, process))
+    return found
 
 
 class WorkerFactory:

@@ -4,6 +4,7 @@
   and one whose worker died is delivered again (tasks are idempotent, so that is safe).
 - ``worker_prefetch_multiplier = 1``: a worker holds only what it is working on, so a killed
   worker strands at most one task per process (and the sweeper catches even that).
+- the sweep goes to the urgent queue, so a backlog in the main queue never holds it back.
 - ``visibility_timeout`` longer than any task: Redis redelivers an unacknowledged task only after
   this long, so it must exceed the slowest judge call with all its retries.
 """
@@ -14,7 +15,7 @@ from celery import Celery
 from celery.signals import worker_init
 from redis import Redis
 
-from service.queue import JUDGE_SLICE_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK
+from service.queue import JUDGE_SLICE_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK, urgent_queue
 from service.redis_check import eviction_problem
 from service.settings import get_settings
 from service.store.db_check import warn_if_statistics_go_stale
@@ -41,7 +42,9 @@ def make_celery() -> Celery:
             "sweep-pending-events": {
                 "task": SWEEP_TASK,
                 "schedule": settings.sweep_interval_seconds,
-                "options": {"queue": settings.queue_name},
+                # The urgent queue: behind a backlog in the main queue, the sweep (which sheds
+                # that backlog and recovers lost events) would wait for the backlog itself.
+                "options": {"queue": urgent_queue(settings.queue_name)},
             },
             "purge-texts-past-retention": {
                 "task": PURGE_TASK,

@@ -34,12 +34,15 @@ from service.store.judging import EventForJudging, JudgeIdentity, StoredScore
 from service.store.models import EventStatus
 from service.telemetry.aggregates import Delta
 from service.telemetry.score_export import ExportLabels, done_key, score_delta
+from workers.claims import EventClaims
 from workers.judge.base import Judge, JudgeReply, TransientJudgeError
 from workers.judge.prompt import JudgeRequest
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["judged", "already_judged", "not_found", "skipped", "retry", "over_budget"]
+Outcome = Literal[
+    "judged", "already_judged", "in_progress", "not_found", "skipped", "retry", "over_budget"
+]
 
 
 def context_cache_key(event: EventForJudging) -> str:
@@ -143,9 +146,19 @@ def judge_events(
         elif e.status == EventStatus.SKIPPED and not force:
             result.outcomes[e.pk] = "skipped"
 
+    # Another delivery of an event may be judging it right now: only one of them calls the judge.
+    claims = EventClaims(runtime.redis, who, runtime.settings.pending_requeue_seconds)
+    claimed = set(claims.take([item.event.pk for item in work]))
+    for item in work:
+        if item.event.pk not in claimed:
+            result.outcomes[item.event.pk] = "in_progress"
+    work = [item for item in work if item.event.pk in claimed]
     calls = _Calls(known, result)
-    done = _call_judge(runtime, judge, work, calls)
-    stored = _store(runtime, who, done)
+    try:
+        done = _call_judge(runtime, judge, work, calls)
+        stored = _store(runtime, who, done)
+    finally:
+        claims.release(list(claimed))
     for item in done:
         result.outcomes[item.event.pk] = "judged" if item.event.pk in stored else "already_judged"
     exports = [

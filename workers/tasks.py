@@ -16,6 +16,8 @@ from service.queue import (
     PURGE_TASK,
     SWEEP_TASK,
     slices,
+    urgent_queue,
+    waiting_event_pks,
 )
 from service.replay.rejudge import OVERRIDABLE
 from service.runtime import Runtime
@@ -30,6 +32,7 @@ from service.telemetry.aggregates import Delta
 from service.telemetry.rebuild import ensure_aggregates
 from workers import judging
 from workers.celery_app import app
+from workers.claims import EventClaims
 from workers.judge import Judge, make_judge
 from workers.judge.base import TransientJudgeError
 from workers.judge.calibrated import CalibratedLocalJudge
@@ -235,14 +238,33 @@ def sweep_pending() -> int:
     now = event_store.utcnow()
     stale_before = event_store.older_than(now, rt.settings.pending_requeue_seconds)
     with session_scope(rt.engine) as session:
-        pks = event_store.pending_to_requeue(session, stale_before, limit=10_000)
+        stale = event_store.pending_to_requeue(session, stale_before, limit=10_000)
+        # Under a backlog an event can wait in the queue longer than the requeue time: sending
+        # it again would only pile copies behind it. Those keep their message and a new lease.
+        # An event a worker is judging right now is not lost either: its claim says so. The
+        # queue is read first, so an event taken from it meanwhile shows as claimed.
+        waiting = waiting_event_pks(rt.redis, _queues(rt)) if stale else set()
+        claims = EventClaims(rt.redis, judge().identity, rt.settings.pending_requeue_seconds)
+        in_progress = claims.held([pk for pk in stale if pk not in waiting])
+        lost = [pk for pk in stale if pk not in waiting and pk not in in_progress]
         with app.producer_or_acquire() as producer:
-            for part in slices(pks, rt.settings.judge_slice_events):
+            for part in slices(lost, rt.settings.judge_slice_events):
                 app.send_task(
                     JUDGE_SLICE_TASK, args=[part], queue=rt.settings.queue_name, producer=producer
                 )
-        event_store.mark_enqueued(session, pks, now)
+        event_store.mark_enqueued(session, stale, now)
         session.commit()
-    if pks:
-        log.info("re-enqueued pending events", extra={"count": len(pks)})
-    return len(pks)
+    if lost:
+        log.info(
+            "re-enqueued pending events",
+            extra={
+                "count": len(lost),
+                "queued": sum(pk in waiting for pk in stale),
+                "in_progress": len(in_progress),
+            },
+        )
+    return len(lost)
+
+
+def _queues(rt: Runtime) -> list[str]:
+    return [rt.settings.queue_name, urgent_queue(rt.settings.queue_name)]

@@ -70,6 +70,7 @@ FAULT_MODES = frozenset(
     {"none", "slow", "refusal", _REJECT_ANY_FORMAT, *_ERRORS, *_SPOILED_REPLIES}
 )
 KEPT_REQUESTS = 200
+KEPT_CALL_TIMES = 100_000
 # A passage shorter than this is too likely to occur by chance elsewhere in the prompt.
 MIN_LEAK_CHARS = 21
 
@@ -209,6 +210,10 @@ class State:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     requests: deque[Any] = field(default_factory=lambda: deque(maxlen=KEPT_REQUESTS))
+    # When each call arrived (epoch seconds), and when each answered 429 did: the clock of the
+    # server, so rate limits and Retry-After waits are checked from the side that bears them.
+    call_times: deque[float] = field(default_factory=lambda: deque(maxlen=KEPT_CALL_TIMES))
+    rate_limited_times: list[float] = field(default_factory=list)
     faults_served: Counter[str] = field(default_factory=Counter)
     violations: list[dict[str, Any]] = field(default_factory=list)
 
@@ -261,6 +266,8 @@ class State:
             "requests": list(self.requests),
             "faults_served": dict(self.faults_served),
             "violations": list(self.violations),
+            "call_times": list(self.call_times),
+            "rate_limited_times": list(self.rate_limited_times),
         }
 
 
@@ -365,6 +372,7 @@ class Handler(BaseHTTPRequestHandler):
         state = self.server.state
         with state.lock:
             state.calls += 1
+            state.call_times.append(time.time())
             number = state.calls
             state.requests.append(body)
             state.violations.extend({"call": number, "detail": v} for v in call.violations)
@@ -373,6 +381,9 @@ class Handler(BaseHTTPRequestHandler):
         if fault is not None and fault.mode in _ERRORS:
             status, message, kind, code, param = _ERRORS[fault.mode]
             retry = {"Retry-After": f"{fault.retry_after:g}"} if fault.mode == "http_429" else {}
+            if retry:
+                with state.lock:
+                    state.rate_limited_times.append(time.time())
             self._send(status, error_body(message, kind, code, param), retry)
             return
         if fault is not None and fault.mode == _REJECT_ANY_FORMAT:

@@ -28,7 +28,7 @@ from service.spend.budget import (
     spend_delta,
 )
 from service.store.models import Event
-from tests.conftest import WorkerFactory, wait_for
+from tests.conftest import WorkerFactory, processes_that_judged, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event
 
@@ -169,13 +169,18 @@ def test_two_worker_processes_share_one_budget(
 ) -> None:
     limit = 1500
     settings = llm_settings.model_copy(
-        update={"budget_tokens_per_day": limit, "budget_policy": policy, "judge_max_tokens": 200}
+        update={
+            "budget_tokens_per_day": limit,
+            "budget_policy": policy,
+            "judge_max_tokens": 200,
+            "judge_slice_events": 1,  # a task per event, so that both processes get some
+        }
     )
     fake_llm.reset()
     fake_llm.set_labels(default_grade=2)
     events = [make_event(f"ev-{i}", n=3, query=f"distinct question {i}") for i in range(16)]
     with TestClient(create_app(settings)) as client:
-        worker_factory(settings, concurrency=2).start()
+        worker = worker_factory(settings, concurrency=2).start()
         assert client.post("/v1/events/batch", json={"events": events}).status_code == 200
         if policy == "skip":
 
@@ -190,12 +195,21 @@ def test_two_worker_processes_share_one_budget(
                 return judged + deferred >= len(events)
 
         wait_for(settled, timeout=90)
-        time.sleep(0.5)  # the last settle and counters land after the status
+
+        def spend_exported() -> bool:
+            # The last settle and its counters land after the status that ``settled`` reads.
+            stats = fake_llm.stats()
+            used = float(stats["prompt_tokens"] + stats["completion_tokens"])
+            return _metric(client, "retrieval_monitor_judge_app_tokens_total", app="shop") == used
+
+        wait_for(spend_exported, timeout=30)
         stats = fake_llm.stats()
         used = stats["prompt_tokens"] + stats["completion_tokens"]
         app_tokens = _metric(client, "retrieval_monitor_judge_app_tokens_total", app="shop")
         skipped = _metric(client, "retrieval_monitor_events_skipped_total", reason="budget")
         deferred = _metric(client, "retrieval_monitor_events_deferred_total", reason="budget")
+    # Both pool processes called the judge or met the spent budget: they really competed.
+    assert len(processes_that_judged([worker])) == 2, processes_that_judged([worker])
     spent = Budget(redis.Redis.from_url(settings.redis_url), settings).spent("shop")
     states = _states(settings)
     judged = sum(s == "judged" for s, _ in states.values())
@@ -230,3 +244,44 @@ def test_budget_gauges_report_what_is_left_per_app_and_capped_window(redis_url: 
         ("quiet", "tokens_per_hour"): LIMIT,
         ("quiet", "dollars_per_day"): 3,
     }
+
+
+def test_events_deferred_by_a_spent_budget_are_judged_once_the_window_resets(
+    llm_settings: Settings, worker_factory: WorkerFactory, fake_llm: FakeLLM
+) -> None:
+    settings = llm_settings.model_copy(
+        update={
+            "budget_tokens_per_day": 1500,
+            "budget_policy": "wait",
+            "judge_max_tokens": 200,
+            "pending_requeue_seconds": 1,
+            "sweep_interval_seconds": 0.5,
+        }
+    )
+    fake_llm.set_labels(default_grade=2)
+    events = [make_event(f"ev-{i}", n=3, query=f"distinct question {i}") for i in range(16)]
+    worker_factory(settings, concurrency=2, with_scheduler=True).start()
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/v1/events/batch", json={"events": events}).status_code == 200
+
+        def judged() -> int:
+            return sum(s == "judged" for s, _ in _states(settings).values())
+
+        def spent_and_deferred() -> bool:
+            deferred = _metric(client, "retrieval_monitor_events_deferred_total", reason="budget")
+            return deferred > 0 and judged() + deferred >= len(events)
+
+        wait_for(spent_and_deferred, timeout=90)
+        held_back = len(events) - judged()
+        assert held_back > 0
+        assert all(r is None for _, r in _states(settings).values())  # none skipped
+        calls_before = fake_llm.stats()["calls"]
+        # The day turns: the window's counters start again from nothing, and the deferred
+        # events come back until the new window is spent too. Day after day, all get judged.
+        store = redis.Redis.from_url(settings.redis_url)
+        budget = Budget(store, settings)
+        while (before := judged()) < len(events):
+            store.delete(*budget.keys("shop", time.time()))
+            wait_for(lambda: judged() > before, timeout=60)
+    # Each deferred event cost one call, made after the reset; none was judged twice.
+    assert fake_llm.stats()["calls"] == calls_before + held_back

@@ -164,6 +164,13 @@ def test_a_grade_outside_the_enum_is_retried_then_missing(
     # The retry filled the gap: every grade is the labelled one.
     assert [p["grade"] for p in stored["passages"]] == [3, 2, 0]
     assert fake_llm.stats()["calls"] == 2
+    # Out of the enum in every reply: after the retries the labels are missing, never 0.
+    fake_llm.set_fault("grade_out_of_enum", count=None)
+    running.post("/v1/events", json=make_event("never", n=3, query="another question"))
+    stored = wait_status(running, "never")
+    assert [p["grade"] for p in stored["passages"]] == [None, None, None]
+    assert fake_llm.stats()["calls"] == 2 + 3  # one call and judge_malformed_retries (2)
+    wait_for(lambda: metric(running, "retrieval_monitor_judge_labels_missing_total") == 3)
 
 
 def test_rate_limits_are_honoured_and_the_event_still_judged(
@@ -176,7 +183,13 @@ def test_rate_limits_are_honoured_and_the_event_still_judged(
     assert [p["grade"] for p in stored["passages"]] == [3, 0]
     stats = fake_llm.stats()
     assert stats["faults_served"].get("http_429") == 2
-    assert stats["calls"] >= 3
+    assert stats["calls"] == 3
+    # Each answer after a 429 came no sooner than its Retry-After, on the server's own clock.
+    calls, limited = stats["call_times"], stats["rate_limited_times"]
+    assert len(limited) == 2
+    for refused_at in limited:
+        next_call = min(t for t in calls if t > refused_at)
+        assert next_call - refused_at >= 0.5 * 0.95, (refused_at, calls)
 
 
 def test_passages_reach_the_judge_only_as_marked_data(
@@ -287,6 +300,7 @@ def test_lost_tasks_are_swept_back_and_backlog_is_exported(
         redis_url,
         judge_base_url=fake_llm.base_url,
         pending_requeue_seconds=0.5,
+        judge_gather_seconds=5,  # the three posts below surely fall in one gathering window
     )
     label_topics(fake_llm, {1: 3})
     with TestClient(create_app(settings)) as client:
