@@ -17,8 +17,9 @@ from service.store import keys as keys_repository
 from service.store.engine import make_engine, session_scope
 from service.store.events import utcnow
 from service.telemetry.cardinality import OVERFLOW
-from tests.conftest import make_settings
+from tests.conftest import WorkerFactory, make_settings
 from tests.helpers import make_event
+from tests.integration.test_pipeline import wait_status
 
 ACCEPTED = "retrieval_monitor_events_accepted_total"
 
@@ -157,3 +158,29 @@ def test_the_overall_cap_holds_across_tenants(
         'tenant="acme"': 2,
         'tenant="globex"': 6,
     }
+
+
+def test_events_past_the_cap_are_judged_and_scored_under_the_overflow_set(
+    llm_settings: Settings, worker_factory: WorkerFactory
+) -> None:
+    """The cap bounds the export, not the work: an overflowed event is judged like any other and
+    its measures land in the ``__overflow__`` label set."""
+    settings = llm_settings.model_copy(update={"max_label_sets_per_tenant": 1})
+    worker_factory(settings).start()
+    with TestClient(create_app(settings)) as client:
+        batch = {"events": [make_event("kept", app="shop"), make_event("over", app="elsewhere")]}
+        answer = client.post("/v1/events/batch", json=batch)
+        assert [r["status"] for r in answer.json()["results"]] == ["accepted", "accepted"]
+        for event_id in ("kept", "over"):
+            assert wait_status(client, event_id)["measures"]["precision"] is not None
+        page = client.get("/metrics").text
+    judged = samples(page, "retrieval_monitor_events_judged_total")
+    scored = samples(page, "retrieval_monitor_measure_precision_count")
+    for found in (judged, scored):
+        overflow = [labels for labels in found if f'app="{OVERFLOW}"' in labels]
+        kept = [labels for labels in found if 'app="shop"' in labels]
+        assert len(overflow) == 1, found
+        assert len(kept) == 1, found
+        assert found[overflow[0]] == 1
+        assert found[kept[0]] == 1
+    assert not any("elsewhere" in labels for labels in {**judged, **scored})
