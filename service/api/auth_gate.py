@@ -21,12 +21,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.keys import KeyStore, Principal
 from service.api.sessions import COOKIE_NAME, SessionStore
+from service.ingest.otlp.responses import MEDIA_TYPES, request_encoding, status_body
 
 PRINCIPAL_STATE = "principal"
 # The tenant of a caller identified by a key or by the pages' session, for counting its rejections.
 TENANT_STATE = "tenant"
 # Paths whose callers are identified by an API key in a header (the ingest and read API).
 KEYED_PREFIX = "/v1/"
+OTLP_TRACES_PATH = "/v1/traces"
 # Request state key that tells the body limit how much an unidentified caller may send.
 BODY_LIMIT_STATE = "max_body_bytes"
 
@@ -97,12 +99,14 @@ class AuthGateMiddleware:
             return
         headers = Headers(scope=scope)
         if key_from_headers(headers) is None and session_token(headers) is None:
-            await refuse(send, "an API key is required (Authorization: Bearer <key> or X-API-Key)")
+            await refuse(
+                scope, send, "an API key is required (Authorization: Bearer <key> or X-API-Key)"
+            )
             return
         # The lookup may query the database: off the event loop.
         credential = await run_in_threadpool(check_credential, headers, self.keys, self.sessions)
         if credential.principal is None:
-            await refuse(send, "unknown or revoked API key")
+            await refuse(scope, send, "unknown or revoked API key")
             return
         state[TENANT_STATE] = credential.principal.tenant
         if not credential.from_cookie:
@@ -111,16 +115,23 @@ class AuthGateMiddleware:
         await self.app(scope, receive, send)
 
 
-async def refuse(send: Send, message: str) -> None:
+async def refuse(scope: Scope, send: Send, message: str) -> None:
     # Connection: close, so a client still sending a body it was refused cannot hold the
     # connection open by trickling bytes the server would only discard.
     payload = json.dumps({"detail": message}).encode()
+    media_type = "application/json"
+    if scope.get("path") == OTLP_TRACES_PATH:
+        # An OpenTelemetry exporter reads a google.rpc.Status in its own encoding.
+        headers = Headers(scope=scope)
+        encoding = request_encoding(headers.get("content-type", "")) or "protobuf"
+        payload = status_body(401, message, encoding)
+        media_type = MEDIA_TYPES[encoding]
     await send(
         {
             "type": "http.response.start",
             "status": 401,
             "headers": [
-                (b"content-type", b"application/json"),
+                (b"content-type", media_type.encode()),
                 (b"content-length", str(len(payload)).encode()),
                 (b"www-authenticate", b"Bearer"),
                 (b"connection", b"close"),

@@ -19,7 +19,12 @@ from service.api.state import AppState
 from service.ingest.accept import Rejection, validate
 from service.ingest.otlp.decode import Encoding, PayloadError, decode
 from service.ingest.otlp.mapping import SELECT, MappingConfig, map_request
-from service.ingest.otlp.responses import MEDIA_TYPES, status_body, success_body
+from service.ingest.otlp.responses import (
+    MEDIA_TYPES,
+    request_encoding,
+    status_body,
+    success_body,
+)
 from service.schemas import EventIn
 
 log = logging.getLogger(__name__)
@@ -62,15 +67,6 @@ async def export_traces(request: Request, state: StateDep) -> Response:
         )
     body = await request.body()
     return await run_in_threadpool(_export, request, state, body, encoding)
-
-
-def request_encoding(content_type: str) -> Encoding | None:
-    media_type = content_type.split(";", 1)[0].strip().lower()
-    if media_type in {"application/x-protobuf", "application/protobuf"}:
-        return "protobuf"
-    if media_type == "application/json":
-        return "json"
-    return None
 
 
 def otlp_error(

@@ -23,6 +23,16 @@ MEDIA_TYPES: dict[Encoding, str] = {
 RPC_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}
 
 
+def request_encoding(content_type: str) -> Encoding | None:
+    """The OTLP encoding a Content-Type names, or None for one OTLP/HTTP does not define."""
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if media_type in {"application/x-protobuf", "application/protobuf"}:
+        return "protobuf"
+    if media_type == "application/json":
+        return "json"
+    return None
+
+
 def success_body(rejected_spans: int, error_message: str, encoding: Encoding) -> bytes:
     response = ExportTraceServiceResponse()
     if rejected_spans or error_message:
