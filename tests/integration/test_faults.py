@@ -229,7 +229,10 @@ def test_redis_restarted_and_flushed_with_events_queued(
         # Redis loses everything: the queue, the aggregates, the once-only markers.
         client.flushall()
         flushed_at = time.monotonic()
-        worker_factory(settings, with_scheduler=True).start()
+        # Calls outlast the requeue time and two pool processes judge: a second delivery of an
+        # event being judged would find a free process and ask the judge again.
+        fake_llm.set_fault("slow", count=None, delay=2)
+        worker_factory(settings, concurrency=2, with_scheduler=True).start()
         wait_for(
             lambda: db_scalar(settings, "SELECT count(*) FROM events WHERE status='judged'") == 12,
             timeout=120,
