@@ -4,7 +4,6 @@ that may evict the queue is refused; the judge's rate is shared by every worker.
 from __future__ import annotations
 
 import bisect
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,10 +36,13 @@ def test_a_backlog_over_the_bound_gets_503_with_retry_after(
     settings = make_settings(
         tmp_path, sqlite_url, redis_url, max_pending_events=3, backpressure_refresh_seconds=0.01
     )
-    with TestClient(create_app(settings)) as client:
+    app = create_app(settings)
+    with TestClient(app) as client:
         for i in range(3):
             assert client.post("/v1/events", json=make_event(f"e{i}")).status_code == 202
-        time.sleep(0.05)
+        # The bound sees the backlog once the count is re-read: wait for that, not for a time.
+        backpressure: Backpressure = app.state.rm.ingestor.backpressure
+        wait_for(lambda: backpressure.pending_events() == 3, timeout=10, interval=0.01)
         response = client.post("/v1/events", json=make_event("e3"))
         assert response.status_code == 503
         assert response.headers["Retry-After"] == str(settings.backpressure_retry_after_seconds)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from tests.conftest import (
     wait_for,
 )
 from tests.fake_llm.fixture import FakeLLM
+from tests.fake_llm.server import read_call
 from tests.helpers import make_event
 from tests.paths import REPO_ROOT
 
@@ -46,6 +48,12 @@ def db_scalar(settings: Settings, sql: str) -> int:
         value = int(conn.execute(text(sql)).scalar_one())
     engine.dispose()
     return value
+
+
+def judge_calls_per_query(fake_llm: FakeLLM) -> Counter[str | None]:
+    """How many requests the judge received for each query, read from the requests it kept."""
+    requests = fake_llm.stats()["requests"]
+    return Counter(read_call(request["messages"]).query for request in requests)
 
 
 def metric_total(url: str, name: str) -> float:
@@ -171,7 +179,14 @@ def test_a_worker_killed_mid_judgment_loses_nothing(
             lambda: metric_total(server.url, "retrieval_monitor_events_judged_total") == 10, 30
         )
         assert metric_total(server.url, "retrieval_monitor_measure_precision_count") == 10
-    print(f"recovered {recovered:.1f}s after the kill")
+    # Each worker asks the judge at most once per event (its claim), so an event is asked once,
+    # or twice when the killed worker had asked already: never more, and none is left unasked.
+    calls = judge_calls_per_query(fake_llm)
+    assert set(calls) == {f"question {i}" for i in range(10)}
+    assert set(calls.values()) <= {1, 2}, calls
+    print(
+        f"recovered {recovered:.1f}s after the kill; judge calls per event {sorted(calls.values())}"
+    )
 
 
 @pytest.fixture
@@ -214,7 +229,10 @@ def test_redis_restarted_and_flushed_with_events_queued(
         # Redis loses everything: the queue, the aggregates, the once-only markers.
         client.flushall()
         flushed_at = time.monotonic()
-        worker_factory(settings, with_scheduler=True).start()
+        # Calls outlast the requeue time and two pool processes judge: a second delivery of an
+        # event being judged would find a free process and ask the judge again.
+        fake_llm.set_fault("slow", count=None, delay=2)
+        worker_factory(settings, concurrency=2, with_scheduler=True).start()
         wait_for(
             lambda: db_scalar(settings, "SELECT count(*) FROM events WHERE status='judged'") == 12,
             timeout=120,
@@ -224,6 +242,10 @@ def test_redis_restarted_and_flushed_with_events_queued(
         assert db_scalar(settings, "SELECT count(*) FROM scores") == 12
         assert metric_total(server.url, "retrieval_monitor_events_accepted_total") == 12
         assert metric_total(server.url, "retrieval_monitor_measure_precision_count") == 12
+    # No call was in flight when Redis lost the queue: the re-sent events are asked once each,
+    # and those judged before the flush are not asked again.
+    expected = {f"first {i}" for i in range(5)} | {f"second {i}" for i in range(7)}
+    assert judge_calls_per_query(fake_llm) == dict.fromkeys(expected, 1)
     print(f"recovered {recovered:.1f}s after the flush")
 
 

@@ -3,12 +3,15 @@ retention period, with the scores kept."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
+from service import logs
 from service.api.app import create_app
 from service.ingest.redaction import Redactor
 from service.store.migrate import upgrade
@@ -43,12 +46,23 @@ def all_database_text(path: Path) -> str:
     return "\n".join(chunks)
 
 
+@pytest.fixture
+def service_logging() -> Iterator[None]:
+    """The root logger as the service's own logging leaves it, restored after the test."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 def test_seeded_pii_never_reaches_the_database_logs_or_judge(
     tmp_path: Path,
     redis_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
     capfd: pytest.CaptureFixture[str],
+    service_logging: None,
 ) -> None:
     db = tmp_path / "rm.db"
     upgrade(f"sqlite:///{db}")
@@ -60,6 +74,8 @@ def test_seeded_pii_never_reaches_the_database_logs_or_judge(
         redact=["email", "phone", "api_key"],
         passage_text_storage="hash_after_judging",
     )
+    # The API's records go where `retrieval-monitor serve` sends them: stderr, which capfd reads.
+    logs.configure(settings.log_level, settings.log_json)
     worker = worker_factory(settings).start()
     event = make_event("pii", n=3, query=f"why was {EMAIL} charged twice")
     event["passages"][0]["text"] = f"Contact {PHONE} for refunds. Internal key {KEY}."
@@ -73,12 +89,19 @@ def test_seeded_pii_never_reaches_the_database_logs_or_judge(
 
     everything = all_database_text(db)
     sent_to_judge = repr(fake_llm.stats()["requests"])
-    logs = worker.log_path.read_text() + "".join(capfd.readouterr())
+    logged = worker.log_path.read_text() + "".join(capfd.readouterr())
     for secret in (EMAIL, PHONE, KEY):
         assert secret not in everything
         assert secret not in sent_to_judge
-        assert secret not in logs
+        assert secret not in logged
     assert "[redacted:phone]" in sent_to_judge
+
+    # Positive control: a record carrying the secret, sent through the logger an ingest module
+    # uses and the handler the service installed, is seen by the same capture. So the checks
+    # above would catch the text if the service logged it.
+    logging.getLogger("service.ingest.accept").info("event query: %s", event["query"])
+    controlled = worker.log_path.read_text() + "".join(capfd.readouterr())
+    assert EMAIL in controlled
     # hash_after_judging: no passage text is left, the hashes are.
     connection = sqlite3.connect(db)
     texts = connection.execute("SELECT text, content_hash FROM passages").fetchall()
