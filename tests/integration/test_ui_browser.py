@@ -23,6 +23,7 @@ import pytest
 import uvicorn
 
 from service.api.keys import key_hash, new_key
+from service.api.sessions import COOKIE_NAME
 from service.embedded import free_port
 from service.replay.beir import load_beir
 from service.replay.replay import ReplayConfig, ReplayReport, run_replay
@@ -324,7 +325,7 @@ def test_login_in_a_browser_sets_a_strict_httponly_cookie(
         page.fill("#key", key)
         page.press("#key", "Enter")
         page.wait_for_url(f"{server.url}/ui/misses")
-        cookie = next(c for c in watched.context.cookies() if c["name"] == "rm_ui_key")
+        cookie = next(c for c in watched.context.cookies() if c["name"] == COOKIE_NAME)
         assert cookie["httpOnly"] is True
         assert cookie["sameSite"] == "Strict"
         assert page.evaluate("document.cookie") == ""  # out of the scripts' reach
