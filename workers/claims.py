@@ -9,18 +9,25 @@ slice); a delivery that finds its event claimed leaves it to the holder.
 
 A claim names its holder (host and process). A pool process killed mid-task leaves claims whose
 holder is gone: the delivery Celery makes again on that host sees it and takes them over at once.
-Elsewhere, a claim expires after ``ttl_seconds``. The holder releases its claims as soon as the
-slice is stored. The sweeper reads the claims too: a claimed event is being judged, not lost.
+Elsewhere, a claim expires after ``ttl_seconds``. While the holder judges, a thread of its own
+renews its claims every third of that time, so a judge call (with its retries) longer than the
+lifetime is never taken up by a second delivery; a holder that dies or hangs in a way that stops the
+thread stops renewing, and its claims expire as before. The holder releases its claims as soon as
+the slice is stored. The sweeper reads the claims too: a claimed event is being judged, not lost.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from service.store.judging import JudgeIdentity
 
@@ -32,6 +39,17 @@ for _, key in ipairs(KEYS) do
 end
 return 0
 """
+# Extends each key that still holds this holder's token; returns how many it extended.
+_RENEW = """
+local renewed = 0
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('PEXPIRE', key, ARGV[2])
+    renewed = renewed + 1
+  end
+end
+return renewed
+"""
 # Replaces a dead holder's claim, unless someone else replaced it first.
 _TAKE_OVER = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -40,6 +58,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+
+log = logging.getLogger(__name__)
 
 
 def holder_is_gone(token: str, host: str | None = None) -> bool:
@@ -84,6 +105,44 @@ class EventClaims:
     def held(self, event_pks: Sequence[int]) -> set[int]:
         """The events of ``event_pks`` a live delivery is judging now."""
         return {pk for pk, holder in self._holders(event_pks).items() if not holder_is_gone(holder)}
+
+    @contextmanager
+    def kept(self, event_pks: Sequence[int]) -> Iterator[None]:
+        """Hold the claims on ``event_pks`` while the block runs, then release them."""
+        stop = threading.Event()
+        renewer = threading.Thread(
+            target=self._renew_until,
+            args=(list(event_pks), stop),
+            name="claim-renewal",
+            daemon=True,
+        )
+        if event_pks:
+            renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if renewer.is_alive():
+                renewer.join()
+            self.release(event_pks)
+
+    def renew(self, event_pks: Sequence[int]) -> int:
+        """Give this holder's claims on ``event_pks`` a full lifetime again.
+
+        Returns how many of them it still held."""
+        if not event_pks:
+            return 0
+        keys = [self._key(pk) for pk in event_pks]
+        return int(self.redis.eval(_RENEW, len(keys), *keys, self.token, self.ttl_ms))
+
+    def _renew_until(self, event_pks: list[int], stop: threading.Event) -> None:
+        while not stop.wait(self.ttl_ms / 3000):
+            try:
+                self.renew(event_pks)
+            except RedisError as exc:
+                # Redis is away: the claims may lapse and a second delivery may ask the judge
+                # again, which costs a call but loses nothing (the score's unique key holds).
+                log.warning("could not renew judging claims", extra={"error": str(exc)})
 
     def release(self, event_pks: Sequence[int]) -> None:
         if event_pks:

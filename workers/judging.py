@@ -154,11 +154,9 @@ def judge_events(
             result.outcomes[item.event.pk] = "in_progress"
     work = [item for item in work if item.event.pk in claimed]
     calls = _Calls(known, result)
-    try:
+    with claims.kept(list(claimed)):
         done = _call_judge(runtime, judge, work, calls)
         stored = _store(runtime, who, done)
-    finally:
-        claims.release(list(claimed))
     for item in done:
         result.outcomes[item.event.pk] = "judged" if item.event.pk in stored else "already_judged"
     exports = [

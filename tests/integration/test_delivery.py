@@ -1,7 +1,7 @@
 """Delivery of judge tasks: Celery keeps a task until it ran, a task whose process died runs
 again without the sweeper, a backlog older than the requeue time is not sent twice, two
 deliveries of one event pay for one judge call, and an export lost after the commit is made by
-the next delivery, once."""
+the next delivery, once; a claim outlives a judge call longer than its lifetime."""
 
 from __future__ import annotations
 
@@ -130,6 +130,42 @@ def test_two_deliveries_of_one_event_at_once_make_one_judge_call(
     wait_for(lambda: counter(redis_url, "events_judged") == 1, timeout=30)
     assert fake_llm.stats()["calls"] == 1
     assert db_scalar(settings, "SELECT count(*) FROM judge_runs") == 1
+
+
+def test_a_judge_call_longer_than_the_claim_lifetime_is_not_asked_again(
+    tmp_path: Path,
+    sqlite_url: str,
+    redis_url: str,
+    fake_llm: FakeLLM,
+    worker_factory: WorkerFactory,
+) -> None:
+    """A claim lives one requeue time (1 s here) and its holder renews it while it judges: a
+    second delivery arriving long after that, while the 4 s call is still running, finds the
+    event claimed and leaves it alone."""
+    upgrade(sqlite_url)
+    settings = make_settings(
+        tmp_path,
+        sqlite_url,
+        redis_url,
+        judge_base_url=fake_llm.base_url,
+        pending_requeue_seconds=1,
+    )
+    _runtime, pk = store_event(settings, "long", "a question", ["first text", "second text"], 2)
+    fake_llm.set_fault("slow", count=None, delay=4)
+    worker_factory(settings, concurrency=2).start()
+    sender = Celery(broker=redis_url)
+    sender.send_task(JUDGE_SLICE_TASK, args=[[pk]], queue=settings.queue_name)
+    wait_for(lambda: fake_llm.stats()["calls"] == 1, timeout=60)
+    time.sleep(2.0)  # twice the claim's lifetime: unrenewed, it would have expired by now
+    claim_keys = redis.Redis.from_url(redis_url).keys("judging:*")
+    assert len(claim_keys) == 1  # still held
+    sender.send_task(JUDGE_SLICE_TASK, args=[[pk]], queue=settings.queue_name)
+    client = redis.Redis.from_url(redis_url)
+    wait_for(lambda: client.llen(settings.queue_name) == 0, timeout=30)
+    wait_for(lambda: db_scalar(settings, "SELECT count(*) FROM scores") == 1, timeout=60)
+    wait_for(lambda: counter(redis_url, "events_judged") == 1, timeout=30)
+    assert fake_llm.stats()["calls"] == 1
+    assert client.keys("judging:*") == []  # released once stored
 
 
 def test_a_backlog_older_than_the_requeue_time_is_not_sent_again(
