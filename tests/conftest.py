@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 import pytest
@@ -341,6 +341,24 @@ class LiveServer:
     def __exit__(self, *_exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=15)
+
+
+class FakeJudged(Protocol):
+    def __call__(self, *, redis: str | None = None, **extra: object) -> Settings: ...
+
+
+@pytest.fixture
+def fake_judged(tmp_path: Path, sqlite_url: str, redis_url: str, fake_llm: FakeLLM) -> FakeJudged:
+    """Settings for a migrated SQLite store judged by the fake LLM, on the test Redis or on
+    ``redis``; keyword arguments set any other setting."""
+    upgrade(sqlite_url)
+
+    def make(*, redis: str | None = None, **extra: object) -> Settings:
+        return make_settings(
+            tmp_path, sqlite_url, redis or redis_url, judge_base_url=fake_llm.base_url, **extra
+        )
+
+    return make
 
 
 @pytest.fixture

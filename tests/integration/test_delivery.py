@@ -15,9 +15,8 @@ from sqlalchemy import create_engine, text
 
 from service.queue import JUDGE_SLICE_TASK, waiting_event_pks
 from service.settings import Settings
-from service.store.migrate import upgrade
 from service.telemetry.aggregates import Aggregates
-from tests.conftest import WorkerFactory, WorkerProcess, make_settings, wait_for
+from tests.conftest import FakeJudged, WorkerFactory, WorkerProcess, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event, store_event
 
@@ -68,24 +67,16 @@ def pool_processes(worker: WorkerProcess) -> list[int]:
 
 
 def test_a_pool_process_killed_mid_task_is_redelivered_without_the_sweeper(
-    tmp_path: Path,
-    sqlite_url: str,
     redis_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
+    fake_judged: FakeJudged,
 ) -> None:
     import os
     import signal
 
-    upgrade(sqlite_url)
     # No scheduler runs, and its requeue time is far away: only Celery can bring the task back.
-    settings = make_settings(
-        tmp_path,
-        sqlite_url,
-        redis_url,
-        judge_base_url=fake_llm.base_url,
-        pending_requeue_seconds=3600,
-    )
+    settings = fake_judged(pending_requeue_seconds=3600)
     fake_llm.set_labels({(None, "passage number 1 about topic 1"): 3})
     fake_llm.set_fault("slow", count=1, delay=60)  # the first call hangs: kill during it
     worker = worker_factory(settings, concurrency=1).start()
@@ -109,14 +100,12 @@ def test_a_pool_process_killed_mid_task_is_redelivered_without_the_sweeper(
 
 
 def test_two_deliveries_of_one_event_at_once_make_one_judge_call(
-    tmp_path: Path,
-    sqlite_url: str,
     redis_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
+    fake_judged: FakeJudged,
 ) -> None:
-    upgrade(sqlite_url)
-    settings = make_settings(tmp_path, sqlite_url, redis_url, judge_base_url=fake_llm.base_url)
+    settings = fake_judged()
     _runtime, pk = store_event(settings, "twice", "a question", ["first text", "second text"], 2)
     fake_llm.set_fault("slow", count=None, delay=2)  # long enough for both to be taken at once
     worker_factory(settings, concurrency=2).start()
@@ -133,23 +122,15 @@ def test_two_deliveries_of_one_event_at_once_make_one_judge_call(
 
 
 def test_a_judge_call_longer_than_the_claim_lifetime_is_not_asked_again(
-    tmp_path: Path,
-    sqlite_url: str,
     redis_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
+    fake_judged: FakeJudged,
 ) -> None:
     """A claim lives one requeue time (1 s here) and its holder renews it while it judges: a
     second delivery arriving long after that, while the 4 s call is still running, finds the
     event claimed and leaves it alone."""
-    upgrade(sqlite_url)
-    settings = make_settings(
-        tmp_path,
-        sqlite_url,
-        redis_url,
-        judge_base_url=fake_llm.base_url,
-        pending_requeue_seconds=1,
-    )
+    settings = fake_judged(pending_requeue_seconds=1)
     _runtime, pk = store_event(settings, "long", "a question", ["first text", "second text"], 2)
     fake_llm.set_fault("slow", count=None, delay=4)
     worker_factory(settings, concurrency=2).start()
@@ -169,11 +150,10 @@ def test_a_judge_call_longer_than_the_claim_lifetime_is_not_asked_again(
 
 
 def test_a_backlog_older_than_the_requeue_time_is_not_sent_again(
-    tmp_path: Path,
-    sqlite_url: str,
     redis_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
+    fake_judged: FakeJudged,
 ) -> None:
     """Events wait in the queue far longer than the requeue time while sweeps run every half
     second: none is sent again, the queue only shrinks, and each event costs one judge call."""
@@ -182,12 +162,7 @@ def test_a_backlog_older_than_the_requeue_time_is_not_sent_again(
     from service.api.app import create_app
 
     events = 16
-    upgrade(sqlite_url)
-    settings = make_settings(
-        tmp_path,
-        sqlite_url,
-        redis_url,
-        judge_base_url=fake_llm.base_url,
+    settings = fake_judged(
         pending_requeue_seconds=1,
         sweep_interval_seconds=0.5,
         judge_gather_seconds=0,  # one message per event
@@ -299,19 +274,15 @@ def test_the_export_marker_is_what_stops_a_second_count(
 
 
 def test_a_judge_down_past_the_last_retry_marks_the_event_failed_and_counts_it_once(
-    tmp_path: Path,
-    sqlite_url: str,
     redis_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
+    fake_judged: FakeJudged,
 ) -> None:
     from service.queue import JUDGE_TASK
     from workers.tasks import MAX_TASK_RETRIES
 
-    upgrade(sqlite_url)
-    settings = make_settings(
-        tmp_path, sqlite_url, redis_url, judge_base_url=fake_llm.base_url, judge_max_retries=0
-    )
+    settings = fake_judged(judge_max_retries=0)
     _runtime, pk = store_event(settings, "down", "a question", ["first text"], 1)
     fake_llm.set_fault("http_500", count=None)
     worker = worker_factory(settings).start()

@@ -24,6 +24,7 @@ from service.embedded import free_port
 from service.settings import Settings
 from service.store.migrate import upgrade
 from tests.conftest import (
+    FakeJudged,
     LiveServer,
     WorkerFactory,
     http_ok,
@@ -140,21 +141,12 @@ def test_every_acknowledged_event_survives_a_killed_api(
 
 
 def test_a_worker_killed_mid_judgment_loses_nothing(
-    tmp_path: Path,
-    sqlite_url: str,
     redis_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
+    fake_judged: FakeJudged,
 ) -> None:
-    upgrade(sqlite_url)
-    settings = make_settings(
-        tmp_path,
-        sqlite_url,
-        redis_url,
-        judge_base_url=fake_llm.base_url,
-        pending_requeue_seconds=3,
-        sweep_interval_seconds=1,
-    )
+    settings = fake_judged(pending_requeue_seconds=3, sweep_interval_seconds=1)
     fake_llm.set_labels({(None, "passage number 1 about topic 1"): 3})
     fake_llm.set_fault("slow", count=2, delay=30)  # the first calls hang: kill during them
     first = worker_factory(settings, concurrency=2)
@@ -197,22 +189,13 @@ def own_redis(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 
 def test_redis_restarted_and_flushed_with_events_queued(
-    tmp_path: Path,
-    sqlite_url: str,
     own_redis: tuple[str, str],
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
+    fake_judged: FakeJudged,
 ) -> None:
     url, _port = own_redis
-    upgrade(sqlite_url)
-    settings = make_settings(
-        tmp_path,
-        sqlite_url,
-        url,
-        judge_base_url=fake_llm.base_url,
-        pending_requeue_seconds=1,
-        sweep_interval_seconds=1,
-    )
+    settings = fake_judged(redis=url, pending_requeue_seconds=1, sweep_interval_seconds=1)
     fake_llm.set_labels({(None, "passage number 1 about topic 1"): 3})
     with LiveServer(settings) as server:
         # Some events judged, then more queued while no worker runs.
@@ -257,20 +240,11 @@ def rss_mib(pid: int) -> float:
 
 def test_saturation_answers_503_keeps_memory_bounded_and_loses_nothing(
     tmp_path: Path,
-    sqlite_url: str,
     redis_url: str,
-    fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
+    fake_judged: FakeJudged,
 ) -> None:
-    upgrade(sqlite_url)
-    settings = make_settings(
-        tmp_path,
-        sqlite_url,
-        redis_url,
-        judge_base_url=fake_llm.base_url,
-        max_pending_events=300,
-        backpressure_refresh_seconds=0.2,
-    )
+    settings = fake_judged(max_pending_events=300, backpressure_refresh_seconds=0.2)
     api = ApiProcess(settings, free_port(), tmp_path / "api.log").start()
     assert api.process is not None
     accepted: set[str] = set()
@@ -360,21 +334,16 @@ class RedisServer:
 
 
 def test_redis_killed_and_restarted_under_traffic_loses_nothing(
-    tmp_path: Path, sqlite_url: str, fake_llm: FakeLLM, worker_factory: WorkerFactory
+    tmp_path: Path,
+    fake_llm: FakeLLM,
+    worker_factory: WorkerFactory,
+    fake_judged: FakeJudged,
 ) -> None:
     """Clients post and a worker judges while redis-server is SIGKILLed and started again, empty,
     on the same port. Every acknowledged event is stored and judged once, and the counters the
     sweeper rebuilds from the database (while posts still commit) equal the database."""
     server = RedisServer(tmp_path).start()
-    upgrade(sqlite_url)
-    settings = make_settings(
-        tmp_path,
-        sqlite_url,
-        server.url,
-        judge_base_url=fake_llm.base_url,
-        pending_requeue_seconds=1,
-        sweep_interval_seconds=0.5,
-    )
+    settings = fake_judged(redis=server.url, pending_requeue_seconds=1, sweep_interval_seconds=0.5)
     acknowledged: list[str] = []
     statuses: list[int] = []
     stop = threading.Event()

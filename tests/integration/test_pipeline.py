@@ -12,8 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
 from service.settings import Settings
-from service.store.migrate import upgrade
-from tests.conftest import WorkerFactory, make_settings, wait_for
+from tests.conftest import FakeJudged, WorkerFactory, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event
 from workers.judge.prompt import PROMPT_VERSION
@@ -285,20 +284,14 @@ def test_a_redelivered_task_never_counts_twice(
 
 
 def test_lost_tasks_are_swept_back_and_backlog_is_exported(
-    tmp_path: Path,
-    sqlite_url: str,
     redis_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
+    fake_judged: FakeJudged,
 ) -> None:
     import redis as redis_lib
 
-    upgrade(sqlite_url)
-    settings = make_settings(
-        tmp_path,
-        sqlite_url,
-        redis_url,
-        judge_base_url=fake_llm.base_url,
+    settings = fake_judged(
         pending_requeue_seconds=0.5,
         judge_gather_seconds=5,  # the three posts below surely fall in one gathering window
     )
