@@ -24,19 +24,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 
 from service.api.keys import key_hash, new_key
 from service.embedded import free_port
-from service.orphan_guard import alive
 from service.store.engine import session_scope
 from service.store.keys import add_key
 from service.store.migrate import upgrade
 from tests.helpers import make_event
 from tests.paths import REPO_ROOT
+from tests.processes import cmdline, descendants, holds_connection_on, running
 
 API_PROCESSES = 2
 STARTED = "Application startup complete."
@@ -83,19 +82,14 @@ class Serve:
     def api_pids(self) -> set[int]:
         """The API processes: the children uvicorn's supervisor spawned."""
         return {
-            child.pid
-            for child in psutil.Process(self.process.pid).children()
-            if "spawn_main" in " ".join(child.cmdline())
+            pid
+            for pid in descendants(self.process.pid)
+            if "spawn_main" in cmdline(pid) and "resource_tracker" not in cmdline(pid)
         }
 
     def api_pids_with_clients(self) -> set[int]:
         """API processes holding an established connection on the port."""
-        serving = set()
-        for pid in self.api_pids():
-            for conn in psutil.Process(pid).net_connections(kind="tcp"):
-                if conn.status == psutil.CONN_ESTABLISHED and conn.laddr.port == self.port:
-                    serving.add(pid)
-        return serving
+        return {pid for pid in self.api_pids() if holds_connection_on(pid, self.port)}
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
@@ -337,23 +331,16 @@ def test_two_api_processes_count_every_event_once(
         assert tally.rejected["conflict"] > 0
 
     # SIGKILL: serve cannot stop anything itself; nothing it started may keep running.
-    started = {child.pid for child in psutil.Process(serve.process.pid).children(recursive=True)}
+    started = set(descendants(serve.process.pid))
     started.add(serve.embedded_redis_pid())
     assert serve.api_pids() <= started
     assert len(started) >= API_PROCESSES + 3
     serve.process.send_signal(signal.SIGKILL)
     serve.process.wait(timeout=10)
     deadline = time.monotonic() + 90
-    while left := {pid for pid in started if alive(pid) and not _zombie(pid)}:
+    while left := {pid for pid in started if running(pid)}:
         assert time.monotonic() < deadline, f"still running after serve was killed: {left}"
         time.sleep(0.2)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_a_tenant_rate_is_one_limit_across_the_processes(start_serve: Any, sqlite_url: str) -> None:
