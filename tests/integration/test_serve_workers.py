@@ -177,6 +177,22 @@ def metric_by_tenant(url: str, admin_key: str | None, family: str) -> Counter[tu
     return totals
 
 
+def http_responses(
+    url: str, admin_key: str, wanted: set[tuple[str, str]]
+) -> dict[tuple[str, str], int]:
+    """``http_responses_total`` by (route, status class), for the pairs in ``wanted``."""
+    page = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {admin_key}"}, timeout=30)
+    page.raise_for_status()
+    found: dict[tuple[str, str], int] = {}
+    for fam in text_string_to_metric_families(page.text):
+        for sample in fam.samples:
+            if sample.name == "retrieval_monitor_http_responses_total":
+                key = (sample.labels["route"], sample.labels["status_class"])
+                if key in wanted:
+                    found[key] = int(sample.value)
+    return found
+
+
 def stored_ids(database_url: str, tenant: str) -> Counter[str]:
     engine = create_engine(database_url)
     with engine.connect() as conn:
@@ -196,10 +212,12 @@ class Tally:
     duplicate: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
     unexpected: list[str] = field(default_factory=list)
+    answers: Counter[tuple[str, str]] = field(default_factory=Counter)  # (route, status class)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def single(self, event_id: str, answer: httpx.Response) -> None:
         with self.lock:
+            self.answers[("/v1/events", f"{answer.status_code // 100}xx")] += 1
             if answer.status_code == 202:
                 self.accepted.append(event_id)
             elif answer.status_code == 200:
@@ -213,6 +231,7 @@ class Tally:
 
     def batch(self, answer: httpx.Response) -> None:
         with self.lock:
+            self.answers[("/v1/events/batch", f"{answer.status_code // 100}xx")] += 1
             if answer.status_code != 200:
                 self.unexpected.append(f"batch {answer.status_code} {answer.text[:200]}")
                 return
@@ -351,6 +370,21 @@ def test_two_api_processes_count_every_event_once(
         } == dict(tally.rejected)
         assert tally.duplicate >= ROUNDS * (THREADS_PER_TENANT - 1)
         assert tally.rejected["conflict"] > 0
+
+    # HTTP answers are counted in each process and added to Redis once a second: once the last
+    # flush is in, they too equal the clients' count.
+    answered = sum((tally.answers for tally in tallies.values()), Counter[tuple[str, str]]())
+    http_answers: dict[tuple[str, str], int] = {}
+
+    def http_answers_flushed() -> bool:
+        http_answers.clear()
+        http_answers.update(http_responses(serve.url, admin, set(answered)))
+        return http_answers == dict(answered)
+
+    deadline = time.monotonic() + 30
+    while not http_answers_flushed() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert http_answers == dict(answered)
 
     # SIGKILL: serve cannot stop anything itself; nothing it started may keep running.
     started = set(descendants(serve.process.pid))
