@@ -49,10 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the API (and, by default, a worker and the sweeper)",
         description="Run the HTTP API. With no RM_REDIS_URL it starts an embedded Redis; unless "
-        "--no-worker it also starts a worker process with the periodic sweeper.",
+        "--no-worker it also starts a worker process with the periodic sweeper. With --workers N "
+        "it runs N API processes on the one port; the embedded Redis and the worker are still "
+        "started once, and every process stops when serve does.",
     )
     serve.add_argument("--host", help="address to listen on (default: RM_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default: RM_PORT or 8080)")
+    serve.add_argument(
+        "--workers",
+        type=positive_int,
+        help="API processes sharing the port, about one per core (default: RM_API_WORKERS or 1); "
+        "counters, rate limits and metrics stay exact across them",
+    )
     serve.add_argument("--no-worker", action="store_true", help="do not start a worker process")
     serve.add_argument(
         "--demo",
@@ -299,12 +307,24 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if report.rejected == 0 else 1
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from service.api.app import create_app
     from service.embedded import EmbeddedRedis
-    from service.server import Server, server_config
     from service.store.migrate import upgrade
 
+    api_workers = args.workers or settings.api_workers
+    if api_workers > 1 and args.demo:
+        print(
+            "retrieval-monitor serve: --demo runs one API process; leave out --workers",
+            file=sys.stderr,
+        )
+        return 2
     log_file: Path | None = None
     if args.demo:
         # The console is the demo's: its progress and summary, and only warnings among the logs.
@@ -352,15 +372,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         else None
     )
 
-    server = Server(server_config(create_app(settings), settings))
-    if args.demo:
-        threading.Thread(
-            target=_run_demo,
-            args=(settings, server, args.demo_queries, args.exit_after_demo, log_file),
-            daemon=True,
-        ).start()
     try:
-        server.run()
+        if api_workers > 1:
+            _serve_processes(settings, api_workers)
+        else:
+            _serve_in_process(settings, args, log_file)
     finally:
         if worker is not None:
             # SIGTERM lets Celery finish (or, with acks_late, requeue) the task in hand.
@@ -376,6 +392,46 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         if guard is not None:
             guard.terminate()
     return 0
+
+
+def _serve_in_process(settings: Settings, args: argparse.Namespace, log_file: Path | None) -> None:
+    from service.api.app import create_app
+    from service.server import Server, server_config
+
+    server = Server(server_config(create_app(settings), settings))
+    if args.demo:
+        threading.Thread(
+            target=_run_demo,
+            args=(settings, server, args.demo_queries, args.exit_after_demo, log_file),
+            daemon=True,
+        ).start()
+    server.run()
+
+
+def _serve_processes(settings: Settings, workers: int) -> None:
+    from service.runtime import Runtime
+    from service.server import run_workers
+    from service.telemetry.rebuild import ensure_aggregates
+
+    # The API processes build their settings from the environment: what serve decided goes there.
+    os.environ.update(
+        {
+            "RM_REDIS_URL": settings.redis_url,
+            "RM_HOST": settings.host,
+            "RM_PORT": str(settings.port),
+        }
+    )
+    # Rebuilt once, before any process takes traffic: a process that is still rebuilding while
+    # another one already counts would see those events in the database and count them again.
+    runtime = Runtime(settings)
+    try:
+        ensure_aggregates(runtime)
+    except Exception:  # Redis or the database down at start: /metrics retries on scrape
+        log.warning("shared aggregates not checked at startup", exc_info=True)
+    finally:
+        runtime.engine.dispose()
+    log.info("starting API processes", extra={"workers": workers, "port": settings.port})
+    run_workers(settings, workers)
 
 
 def open_remote_refusal(settings: Settings) -> str | None:

@@ -6,6 +6,9 @@ stop it. This small process watches its parent: once the parent is gone (it is r
 sends SIGTERM to every process it was given, then SIGKILL to those still running.
 
 Run as ``python -m service.orphan_guard <parent pid> <pid>...``.
+
+The API processes of ``serve --workers N`` are started and restarted by uvicorn's supervisor, so
+their ids are not known up front: each watches its own parent instead (``exit_with_parent``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
@@ -51,6 +55,22 @@ def watch(parent: int, pids: Sequence[int]) -> None:
     while os.getppid() == parent:
         time.sleep(POLL_SECONDS)
     stop([pid for pid in pids if alive(pid)])
+
+
+def exit_with_parent(parent: int, grace_seconds: float = GRACE_SECONDS * 3) -> threading.Thread:
+    """In a child: SIGTERM this process once ``parent`` is gone (a graceful stop: requests in
+    flight finish and what is queued is committed), then exit for good after ``grace_seconds``."""
+
+    def watch_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(POLL_SECONDS)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_seconds)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch_parent, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 def main(argv: Sequence[str]) -> int:

@@ -131,7 +131,9 @@ class Settings(BaseSettings):
         ge=1024,
         description="Request body bytes (after decompression) that all requests being read or "
         "handled may hold at once in one API process; past it a request is answered 503 with "
-        "Retry-After. Bounds what slow or hostile senders can make the process hold.",
+        "Retry-After. Bounds what slow or hostile senders can make the process hold; with "
+        "several API processes (api_workers) the bound of the whole API is this times their "
+        "number.",
     )
     max_unauthenticated_body_bytes: int = Field(
         65_536,
@@ -364,6 +366,14 @@ class Settings(BaseSettings):
         description="Seconds an idle keep-alive connection stays open. Longer than the idle "
         "timeout of the clients' connection pools and of any load balancer in front, so the "
         "server never closes a connection a client is about to reuse.",
+    )
+    api_workers: int = Field(
+        1,
+        ge=1,
+        description="API processes `serve` runs on its one port (`serve --workers`). They share "
+        "the database and Redis, so counters, rate limits and metrics stay global; the group "
+        "commit, the in-flight body budget and the database pool are per process (see "
+        "docs/scaling.md). Use about one per core.",
     )
     worker_concurrency: int = Field(2, ge=1, description="Worker processes of a worker.")
     log_level: str = Field("INFO", description="Log level (DEBUG, INFO, WARNING, ERROR).")

@@ -33,6 +33,8 @@ QUICK = {
         "4",
         "--memory-events",
         "300",
+        "--process-batches",
+        "2",
     ],
     "tokens": ["--queries", "5"],
     "judging": [

@@ -5,7 +5,9 @@ driven by wrk, each request carrying a new event_id; the baseline is ``bare_app`
 same models, same server, nothing stored) driven the same way. Throughput counts rows in the
 events table, not answers. The p99 latency is measured with each connection paced so the total
 is about half the saturated rate. Batches of 100 are posted by a Python client (100 events per
-request keep the client far from the bottleneck). Run: ``python -m tests.benchmarks.bench_ingest``.
+request keep the client far from the bottleneck). Then the same batches against
+``serve --workers 2`` beside ``--workers 1``, with each event's CPU, Redis and database costs
+(``bench_processes``). Run: ``python -m tests.benchmarks.bench_ingest``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import httpx
 import orjson
 import redis
 
+from tests.benchmarks import bench_processes
 from tests.benchmarks.bench_local_judge import synthetic_passages
 from tests.benchmarks.common import (
     REDIS_URL,
@@ -163,6 +166,43 @@ def batch_bodies(count: int, run: str, unique: bool = False) -> list[bytes]:
 
 
 def measure(args: argparse.Namespace) -> list[Figure]:
+    figures = [] if args.processes_only else measure_one_process(args)
+    if args.workers > 1:
+        figures += measure_processes(args)
+    return figures
+
+
+def measure_processes(args: argparse.Namespace) -> list[Figure]:
+    """Batches of 100 against ``serve --workers 1`` and ``--workers N`` (bench_processes)."""
+    stores = ["sqlite"] + ([] if args.no_postgres else ["postgres"])
+    figures: list[Figure] = []
+
+    def bodies(run: str) -> list[bytes]:
+        return batch_bodies(args.process_batches, run, args.unique_passages)
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for kind in stores:
+            costs = {}
+            for workers in (1, args.workers):
+                with store(kind, tmp) as database_url:
+                    costs[workers] = bench_processes.measure_one(
+                        database_url,
+                        workers,
+                        tmp / f"{kind}-{workers}" / "var",
+                        bodies,
+                        post_batches,
+                        args.repeat,
+                        args.clients,
+                        count_events,
+                    )
+            figures += bench_processes.figures_for(
+                kind, args.workers, costs[1], costs[args.workers]
+            )
+    return figures
+
+
+def measure_one_process(args: argparse.Namespace) -> list[Figure]:
     stores = ["sqlite"] + ([] if args.no_postgres else ["postgres"])
     single: dict[str, list[float]] = {"bare": [], **{s: [] for s in stores}}
     p99: dict[str, list[float]] = {s: [] for s in stores}
@@ -318,6 +358,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="only the batch figure (2): no wrk runs, no memory figure",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="also post batches to serve --workers N beside --workers 1 (1: skip)",
+    )
+    parser.add_argument(
+        "--processes-only",
+        action="store_true",
+        help="only the --workers runs and their per-event costs (bench_processes)",
+    )
+    parser.add_argument(
+        "--process-batches", type=int, default=60, help="batches of 100 per --workers run"
+    )
+    parser.add_argument("--clients", type=int, default=4, help="client threads of a --workers run")
     parser.add_argument(
         "--unique-passages",
         action="store_true",
