@@ -31,8 +31,11 @@ DONE_PREFIX = "rm:metrics:done:"
 # While it is missing (a fresh or flushed Redis), plain increments are dropped: the rebuild counts
 # them.
 EPOCH_KEY = "rm:metrics:epoch"
-# How long a "this event was already counted" marker lives; redeliveries come within minutes.
-DONE_TTL_SECONDS = 7 * 24 * 3600
+# How long a "this event was already counted" marker lives. A second delivery of a judged event
+# comes from Redis's redelivery after the visibility timeout (an hour) or a retry countdown shorter
+# than that; a day covers both with room, and at one marker of ~125 B per judged event it keeps
+# the markers' memory to a day's worth of judging (a week's would be 7.6 GB at 100 events/s).
+DONE_TTL_SECONDS = 24 * 3600
 
 # Adds the deltas only if the done-marker did not exist, atomically: a task delivered twice,
 # or re-run after a crash between the database commit and this call, never counts twice.

@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, text
 
 from service.queue import JUDGE_SLICE_TASK, waiting_event_pks
 from service.settings import Settings
-from service.telemetry.aggregates import Aggregates
+from service.telemetry.aggregates import DONE_TTL_SECONDS, Aggregates
 from tests.conftest import FakeJudged, WorkerFactory, WorkerProcess, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event, store_event
@@ -54,6 +54,8 @@ def test_celery_keeps_a_task_until_it_ran() -> None:
     # that long, nor wait that long for a retry, or it would run twice.
     assert conf.task_soft_time_limit < conf.task_time_limit < VISIBILITY_TIMEOUT_SECONDS
     assert MAX_COUNTDOWN_SECONDS < VISIBILITY_TIMEOUT_SECONDS
+    # The once-only export marker outlives every second delivery Celery can make.
+    assert VISIBILITY_TIMEOUT_SECONDS + MAX_COUNTDOWN_SECONDS < DONE_TTL_SECONDS
     slowest_call = Settings().judge_timeout_seconds * (Settings().judge_max_retries + 1)
     assert slowest_call * (Settings().judge_malformed_retries + 1) < conf.task_soft_time_limit
 
