@@ -246,7 +246,9 @@ class Settings(BaseSettings):
         '{"prompt_per_1k": 0.00015, "completion_per_1k": 0.0006}}. A model missing costs 0.',
     )
     budget_tokens_per_hour: float = Field(
-        0.0, ge=0, description="Judge tokens one app may spend per hour, all workers (0: no cap)."
+        0.0,
+        ge=0,
+        description="Judge tokens one tenant's app may spend per hour, all workers (0: no cap).",
     )
     budget_tokens_per_day: float = Field(
         0.0, ge=0, description="Judge tokens one app may spend per UTC day (0: no cap)."
@@ -259,8 +261,15 @@ class Settings(BaseSettings):
     )
     budget_overrides: dict[str, dict[str, float]] = Field(
         default_factory=dict,
-        description='Per-app budgets replacing the four above, JSON: {"support-bot": '
-        '{"tokens_per_hour": 200000, "dollars_per_day": 5}} (missing keys keep the default).',
+        description="Budgets of the default tenant's apps (events sent without keys) replacing "
+        'the four above, JSON: {"support-bot": {"tokens_per_hour": 200000, "dollars_per_day": '
+        "5}} (missing keys keep the default). Every tenant's app has a budget of its own.",
+    )
+    budget_tenant_overrides: dict[str, dict[str, dict[str, float]]] = Field(
+        default_factory=dict,
+        description="Budgets of any tenant's apps replacing the four above, JSON by tenant then "
+        'app: {"acme": {"support-bot": {"dollars_per_day": 5}}}; for the default tenant they '
+        "win over budget_overrides.",
     )
     budget_policy: Literal["wait", "skip"] = Field(
         "wait",

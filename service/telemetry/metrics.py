@@ -49,7 +49,7 @@ shared judge and carry no tenant):
 - retrieval_monitor_queue_depth gauge [queue]
 - retrieval_monitor_oldest_pending_event_age_seconds gauge
 - retrieval_monitor_events_pending gauge
-- retrieval_monitor_judge_budget_remaining gauge [app, window]  (window: tokens_per_hour,
+- retrieval_monitor_judge_budget_remaining gauge [tenant, app, window]  (window: tokens_per_hour,
   tokens_per_day, dollars_per_hour, dollars_per_day): only windows with a cap
 - retrieval_monitor_judge_gold_{kappa,precision,recall,passages} gauges [judge, prompt_version]:
   the judge's agreement with gold labels over the last day (service.analysis.gauges)
@@ -225,7 +225,7 @@ OLDEST_PENDING_AGE = Family(
 BUDGET_REMAINING = Family(
     "judge_budget_remaining",
     "gauge",
-    "What is left of an app's judge budget in the current window (tokens or dollars).",
-    ("app", "window"),
+    "What is left of a tenant's app's judge budget in the current window (tokens or dollars).",
+    ("tenant", "app", "window"),
 )
 EVENTS_PENDING = Family("events_pending", "gauge", "Events accepted and not yet judged.", ())

@@ -62,7 +62,7 @@ def test_each_collector_describes_what_it_collects(
         redis_url,
         budget_overrides={"bot": {"tokens_per_day": 5000}},
     )
-    held = Budget(redis.Redis.from_url(redis_url), capped).reserve("bot", "m", 100, 0)
+    held = Budget(redis.Redis.from_url(redis_url), capped).reserve("default", "bot", "m", 100, 0)
     assert isinstance(held, Reservation)
     engine = make_engine(settings.database_url)
     collectors: list[PipelineGauges | CachedCalibrationGauges | BudgetGauges] = [
@@ -84,7 +84,7 @@ def test_each_collector_describes_what_it_collects(
     assert [s.value for s in age.samples] == [4.5]
     (budget,) = collectors[2].collect()
     assert [(s.labels, s.value) for s in budget.samples] == [
-        ({"app": "bot", "window": "tokens_per_day"}, 4900)
+        ({"tenant": "default", "app": "bot", "window": "tokens_per_day"}, 4900)
     ]
 
 
