@@ -285,9 +285,10 @@ class Settings(BaseSettings):
     shed_max_pending: int = Field(
         0,
         ge=0,
-        description="When more normal-priority events than this wait for the judge, the sweeper "
-        "skips the oldest of them (reason shed) instead of letting the backlog grow (0: never "
-        "shed). Gold events and events whose ingest signals look bad are never shed.",
+        description="When more of a tenant's normal-priority events than this wait for the judge, "
+        "the sweeper skips that tenant's oldest (reason shed) instead of letting the backlog grow "
+        "(0: never shed); one tenant's flood never sheds another's events. Gold events and events "
+        "whose ingest signals look bad are never shed.",
     )
     signal_short_passages: int = Field(
         3, ge=1, description="A retrieval with fewer passages than this in its top k is short."
