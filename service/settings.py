@@ -351,6 +351,12 @@ class Settings(BaseSettings):
         description="Require an admin API key on /metrics (health stays open). Unset: required "
         "whenever auth_required is on, so tenants' app names and figures are not public.",
     )
+    metrics_token_file: str | None = Field(
+        None,
+        description="A file holding a bearer token (at least 16 characters) that /metrics "
+        "accepts besides an admin API key: a scrape credential provisioned with the deployment, "
+        "good for /metrics only. Read when the API starts.",
+    )
     allow_open_remote: bool = Field(
         False,
         description="Let `serve` listen beyond the loopback interface with auth_required off, "

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.api.keys import key_hash, new_key
+from service.api.scrape_token import ScrapeTokenError
 from service.settings import Settings
 from service.store import keys as keys_repository
 from service.store.engine import make_engine, session_scope
@@ -184,3 +185,41 @@ def test_events_past_the_cap_are_judged_and_scored_under_the_overflow_set(
         assert found[overflow[0]] == 1
         assert found[kept[0]] == 1
     assert not any("elsewhere" in labels for labels in {**judged, **scored})
+
+
+def test_the_scrape_token_reads_metrics_and_nothing_else(
+    tmp_path: Path, store_url: str, redis_url: str
+) -> None:
+    token_file = tmp_path / "metrics_token"
+    token_file.write_text("s3cret-scrape-token-0123456789\n")
+    settings = make_settings(
+        tmp_path, store_url, redis_url, auth_required=True, metrics_token_file=str(token_file)
+    )
+    with TestClient(create_app(settings)) as client:
+        token = bearer("s3cret-scrape-token-0123456789")
+        # Without a credential, or with a wrong one, /metrics stays closed.
+        assert client.get("/metrics").status_code == 401
+        assert (
+            client.get("/metrics", headers=bearer("s3cret-scrape-token-01234567")).status_code
+            == 401
+        )
+        page = client.get("/metrics", headers=token)
+        assert page.status_code == 200
+        assert "retrieval_monitor_events_pending" in page.text
+        # It is no tenant's key: ingest and reads refuse it.
+        assert client.post("/v1/events", json=make_event("x"), headers=token).status_code == 401
+        assert client.get("/v1/events/x", headers=token).status_code == 401
+
+
+@pytest.mark.parametrize("content", ["", "short", None])
+def test_an_unusable_scrape_token_file_stops_the_api(
+    tmp_path: Path, settings: Settings, content: str | None
+) -> None:
+    token_file = tmp_path / "metrics_token"
+    if content is not None:
+        token_file.write_text(content)
+    broken = settings.model_copy(
+        update={"auth_required": True, "metrics_token_file": str(token_file)}
+    )
+    with pytest.raises(ScrapeTokenError, match="RM_METRICS_TOKEN_FILE"):
+        create_app(broken)
