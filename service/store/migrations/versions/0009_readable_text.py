@@ -20,6 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.engine.interfaces import ReflectedColumn
 
 revision: str = "0009"
 down_revision: str | None = "0005"
@@ -48,11 +49,11 @@ def _clean_json(value: Any) -> Any:
     return value
 
 
-def _is_json(column: dict[str, Any]) -> bool:
+def _is_json(column: ReflectedColumn) -> bool:
     return isinstance(column["type"], sa.JSON)
 
 
-def _is_text(column: dict[str, Any]) -> bool:
+def _is_text(column: ReflectedColumn) -> bool:
     return isinstance(column["type"], sa.String) or _is_json(column)
 
 
@@ -67,7 +68,9 @@ def _cleaned_json_text(document: str) -> str | None:
     return json.dumps(cleaned) if cleaned != value else None
 
 
-def _clean_sqlite_table(bind: sa.Connection, table: str, columns: list[dict[str, Any]]) -> None:
+def _clean_sqlite_table(
+    bind: sa.Connection, table: str, columns: Sequence[ReflectedColumn]
+) -> None:
     names = [c["name"] for c in columns if _is_text(c)]
     if not names:
         return
@@ -105,7 +108,7 @@ def _clean_sqlite_table(bind: sa.Connection, table: str, columns: list[dict[str,
 
 
 def _clean_postgres_table(
-    bind: sa.Connection, table: str, columns: list[dict[str, Any]], keys: list[str]
+    bind: sa.Connection, table: str, columns: Sequence[ReflectedColumn], keys: list[str]
 ) -> None:
     # Text columns cannot hold a NUL or a surrogate in PostgreSQL; json ones hold their escapes.
     documents = [c["name"] for c in columns if _is_json(c)]
