@@ -441,6 +441,7 @@ def judge(config: MonitoringConfig) -> dict[str, Any]:
     q = Queries(config)
     a = config.alerts
     js = q.judge
+    gold = f'{{{config.selector}, judge=~"$judge", tenant=~"$tenant"}}'
     labels = f"{NS}_judge_labels_total"
     lead = a.quality_collapse.measure
     items: list[Item] = [
@@ -504,6 +505,23 @@ def judge(config: MonitoringConfig) -> dict[str, Any]:
             threshold=a.judge_spend.budget_tokens_per_hour,
         ),
         _timeseries(
+            "Judge budget left per tenant and app",
+            "What is left of each capped budget window (RM_BUDGET_*) of a tenant's app: tokens or "
+            "dollars. A budget belongs to a tenant's app, so another tenant using the same app "
+            "name draws on a budget of its own. At 0 the app's events wait or are skipped "
+            "(RM_BUDGET_POLICY).",
+            [
+                (
+                    q.replicas(
+                        f'{NS}_judge_budget_remaining{{{config.selector}, tenant=~"$tenant", '
+                        'app=~"$app"}'
+                    ),
+                    "{{tenant}} {{app}} {{window}}",
+                )
+            ],
+            width=24,
+        ),
+        _timeseries(
             "Labels missing after retries (share)",
             "Passage labels still missing after the malformed-reply retries: their events have "
             "no measures.",
@@ -527,8 +545,8 @@ def judge(config: MonitoringConfig) -> dict[str, Any]:
             f"(with at least {a.judge_drift.min_gold_passages} labelled gold passages).",
             [
                 (
-                    q.replicas(f"{NS}_judge_gold_{figure}{js}"),
-                    f"{{{{judge}}}} {{{{prompt_version}}}} {figure}",
+                    q.replicas(f"{NS}_judge_gold_{figure}{gold}"),
+                    f"{{{{tenant}}}} {{{{judge}}}} {{{{prompt_version}}}} {figure}",
                 )
                 for figure in ("kappa", "precision", "recall")
             ],
@@ -562,6 +580,7 @@ def pipeline(config: MonitoringConfig) -> dict[str, Any]:
     ev = q.events
     plain = q.plain
     lag_selector = f'{{{config.selector}, tenant=~"$tenant", app=~"$app"}}'
+    tenant = f'{{{config.selector}, tenant=~"$tenant"}}'
     items: list[Item] = [
         grafana.Row("Ingest"),
         _timeseries(
@@ -611,14 +630,14 @@ def pipeline(config: MonitoringConfig) -> dict[str, Any]:
         ),
         _timeseries(
             "Events pending",
-            "Events accepted and not yet judged.",
-            [(q.replicas(f"{NS}_events_pending{plain}"), "pending")],
+            "Events accepted and not yet judged, per tenant.",
+            [(q.replicas(f"{NS}_events_pending{tenant}"), "{{tenant}}")],
             width=8,
         ),
         _timeseries(
             "Oldest pending event age",
-            f"The alert fires above {a.backlog_age.max_age}.",
-            [(q.replicas(f"{NS}_oldest_pending_event_age_seconds{plain}"), "oldest pending")],
+            f"Per tenant; the alert fires above {a.backlog_age.max_age}.",
+            [(q.replicas(f"{NS}_oldest_pending_event_age_seconds{tenant}"), "{{tenant}}")],
             unit="s",
             threshold=seconds(a.backlog_age.max_age),
             width=8,

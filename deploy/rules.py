@@ -360,7 +360,8 @@ def alert_rules(q: Promql) -> list[dict[str, Any]]:
             # The judge pipeline is shared by every tenant: stalled for one is stalled for all.
             "(\n  sum without(tenant, app, retriever, environment) "
             f"({q.increase(f'{NS}_events_accepted_total', stalled.window)}) > 0\n)\n"
-            f"and ({q.across_replicas(q.select(f'{NS}_events_pending'))} > 0)\n"
+            "and (\n  sum without(tenant) "
+            f"({q.across_replicas(q.select(f'{NS}_events_pending'))}) > 0\n)\n"
             "unless (\n  sum without(tenant, app, retriever, environment, judge, prompt_version) "
             f"({q.increase(f'{NS}_events_judged_total', stalled.window)}) > 0\n)",
             stalled.for_,
@@ -386,9 +387,11 @@ def alert_rules(q: Promql) -> list[dict[str, Any]]:
             f"> {_number(seconds(a.backlog_age.max_age))}",
             a.backlog_age.for_,
             a.backlog_age.severity,
-            "Events wait too long to be judged",
-            "The oldest event not yet judged was received {{ $value | humanizeDuration }} ago "
-            f"(bound {a.backlog_age.max_age}).",
+            f"Events of tenant {TENANT} wait too long to be judged",
+            f"The oldest event of tenant {TENANT} not yet judged was received "
+            "{{ $value | humanizeDuration }} ago "
+            f"(bound {a.backlog_age.max_age}). One tenant alone: its budget may be spent "
+            "(judge_budget_remaining); every tenant: the judge or the workers.",
         ),
         _alert(
             q,
@@ -454,8 +457,9 @@ def alert_rules(q: Promql) -> list[dict[str, Any]]:
             f"and {gold_passages} >= {drift.min_gold_passages}",
             drift.for_,
             drift.severity,
-            f"Judge {JUDGE} {PROMPT} agrees less with the gold labels",
-            f"Cohen's kappa of judge {JUDGE} (prompt {PROMPT}) against gold labels is {SCORE}: "
+            f"Judge {JUDGE} {PROMPT} agrees less with the gold labels of tenant {TENANT}",
+            f"Cohen's kappa of judge {JUDGE} (prompt {PROMPT}) against the gold labels of "
+            f"tenant {TENANT} is {SCORE}: "
             f"below {_number(drift.min_kappa)} or more than {_number(drift.max_drop)} under its "
             f"value {drift.baseline_offset} earlier. Retrieval measures judged by it are suspect.",
         ),

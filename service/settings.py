@@ -248,7 +248,9 @@ class Settings(BaseSettings):
         '{"prompt_per_1k": 0.00015, "completion_per_1k": 0.0006}}. A model missing costs 0.',
     )
     budget_tokens_per_hour: float = Field(
-        0.0, ge=0, description="Judge tokens one app may spend per hour, all workers (0: no cap)."
+        0.0,
+        ge=0,
+        description="Judge tokens one tenant's app may spend per hour, all workers (0: no cap).",
     )
     budget_tokens_per_day: float = Field(
         0.0, ge=0, description="Judge tokens one app may spend per UTC day (0: no cap)."
@@ -261,8 +263,15 @@ class Settings(BaseSettings):
     )
     budget_overrides: dict[str, dict[str, float]] = Field(
         default_factory=dict,
-        description='Per-app budgets replacing the four above, JSON: {"support-bot": '
-        '{"tokens_per_hour": 200000, "dollars_per_day": 5}} (missing keys keep the default).',
+        description="Budgets of the default tenant's apps (events sent without keys) replacing "
+        'the four above, JSON: {"support-bot": {"tokens_per_hour": 200000, "dollars_per_day": '
+        "5}} (missing keys keep the default). Every tenant's app has a budget of its own.",
+    )
+    budget_tenant_overrides: dict[str, dict[str, dict[str, float]]] = Field(
+        default_factory=dict,
+        description="Budgets of any tenant's apps replacing the four above, JSON by tenant then "
+        'app: {"acme": {"support-bot": {"dollars_per_day": 5}}}; for the default tenant they '
+        "win over budget_overrides.",
     )
     budget_policy: Literal["wait", "skip"] = Field(
         "wait",
@@ -278,9 +287,10 @@ class Settings(BaseSettings):
     shed_max_pending: int = Field(
         0,
         ge=0,
-        description="When more normal-priority events than this wait for the judge, the sweeper "
-        "skips the oldest of them (reason shed) instead of letting the backlog grow (0: never "
-        "shed). Gold events and events whose ingest signals look bad are never shed.",
+        description="When more of a tenant's normal-priority events than this wait for the judge, "
+        "the sweeper skips that tenant's oldest (reason shed) instead of letting the backlog grow "
+        "(0: never shed); one tenant's flood never sheds another's events. Gold events and events "
+        "whose ingest signals look bad are never shed.",
     )
     signal_short_passages: int = Field(
         3, ge=1, description="A retrieval with fewer passages than this in its top k is short."
@@ -342,6 +352,12 @@ class Settings(BaseSettings):
         None,
         description="Require an admin API key on /metrics (health stays open). Unset: required "
         "whenever auth_required is on, so tenants' app names and figures are not public.",
+    )
+    metrics_token_file: str | None = Field(
+        None,
+        description="A file holding a bearer token (at least 16 characters) that /metrics "
+        "accepts besides an admin API key: a scrape credential provisioned with the deployment, "
+        "good for /metrics only. Read when the API starts.",
     )
     allow_open_remote: bool = Field(
         False,

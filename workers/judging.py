@@ -274,7 +274,8 @@ def _learn(item: _Work, known: dict[tuple[str, str], int]) -> None:
 
 
 def _ask(runtime: Runtime, judge: Judge, item: _Work) -> tuple[JudgeReply, Delta]:
-    """One judge call for one event, within the app's budget and the shared call rate."""
+    """One judge call for one event, within its tenant's app's budget and the shared call
+    rate."""
     event, plan, who = item.event, item.plan, judge.identity
     request = JudgeRequest(
         query=event.query,
@@ -282,7 +283,9 @@ def _ask(runtime: Runtime, judge: Judge, item: _Work) -> tuple[JudgeReply, Delta
         rate_context=plan.rate_context,
         top_k_count=min(event.k, len(event.passages)) if plan.rate_context else 0,
     )
-    held = reserve_call(runtime, event.app, who.model, [event.query, *request.passages])
+    held = reserve_call(
+        runtime, event.tenant, event.app, who.model, [event.query, *request.passages]
+    )
     try:
         wait_for_judge_budget(runtime)
         reply = judge.judge(request)

@@ -134,7 +134,12 @@ def _over_budget(
     rt.aggregates.add(delta)
     log.info(
         "judge budget spent",
-        extra={"event_pk": event_pk, "window": exc.refusal.window, "skipped": bool(skipped)},
+        extra={
+            "event_pk": event_pk,
+            "tenant": exc.tenant,
+            "window": exc.refusal.window,
+            "skipped": bool(skipped),
+        },
     )
     return "skipped" if skipped else "deferred"
 

@@ -1,7 +1,8 @@
 """Judge-against-gold agreement as Prometheus gauges, so a dashboard can show the smoke alarm
 next to its calibration against the instrument.
 
-Families (labels: judge, prompt_version), over the gold events received in a recent window:
+Families (labels: tenant, judge, prompt_version), over each tenant's gold events received in a
+recent window:
 - retrieval_monitor_judge_gold_kappa: Cohen's kappa of the judge's relevance against gold
 - retrieval_monitor_judge_gold_precision: share of judge-relevant passages that are gold (0-1)
 - retrieval_monitor_judge_gold_recall: share of retrieved gold passages the judge found (0-1)
@@ -9,8 +10,9 @@ Families (labels: judge, prompt_version), over the gold events received in a rec
 
 A ratio that cannot be computed (e.g. precision of a judge that never said "relevant") has no
 sample rather than a made-up 0, and a judge without gold events in the window has no series.
-The figures come from the database, so every replica reports the same ones. They pool every
-tenant's gold events by default: agreement with gold is a property of the judge.
+The figures come from the database, so every replica reports the same ones. They are computed
+per tenant: the judge is shared, but the gold labels are a tenant's own data, so a tenant sending
+wrong gold labels moves its own agreement series (and its own drift alert), never another's.
 ``CachedCalibrationGauges`` is the ``Collector`` the ``/metrics`` page registers for them.
 """
 
@@ -20,7 +22,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -40,7 +42,7 @@ from service.store.events import utcnow
 log = logging.getLogger(__name__)
 
 NAMESPACE = "retrieval_monitor"
-LABELS = ("judge", "prompt_version")
+LABELS = ("tenant", "judge", "prompt_version")
 DEFAULT_WINDOW = timedelta(hours=24)
 # Enough for a day of gold traffic; a gold set is hand-made and small.
 MAX_GOLD_EVENTS = 20_000
@@ -104,19 +106,31 @@ def calibration_gauges(
     now: datetime | None = None,
     tenant: str | None = None,
 ) -> list[Metric]:
-    """The gauge families of ``GAUGES`` for the gold events of the last ``window``."""
-    return gauge_families(recent_calibration(session, window=window, now=now, tenant=tenant))
+    """The gauge families of ``GAUGES`` for the gold events of the last ``window``, per tenant
+    (only ``tenant``'s when given)."""
+    end = now or utcnow()
+    if tenant is not None:
+        tenants = [tenant]
+    else:
+        tenants = repo.gold_tenants_in_window(session, EventWindow(end - window, end))
+    return gauge_families(
+        {t: recent_calibration(session, window=window, now=end, tenant=t) for t in tenants}
+    )
 
 
-def gauge_families(calibrations: Sequence[JudgeCalibration]) -> list[Metric]:
-    """One family per gauge of ``GAUGES``, with a sample per judge that has a value."""
+def gauge_families(calibrations: Mapping[str, Sequence[JudgeCalibration]]) -> list[Metric]:
+    """One family per gauge of ``GAUGES``, with a sample per tenant and judge that has a
+    value."""
     families: list[Metric] = []
     for gauge in GAUGES:
         family = GaugeMetricFamily(gauge.full_name, gauge.help, labels=list(LABELS))
-        for calibration in calibrations:
-            value = gauge.value(calibration)
-            if not math.isnan(value):
-                family.add_metric([calibration.judge, calibration.prompt_version], value)
+        for tenant, judged in calibrations.items():
+            for calibration in judged:
+                value = gauge.value(calibration)
+                if not math.isnan(value):
+                    family.add_metric(
+                        [tenant, calibration.judge, calibration.prompt_version], value
+                    )
         families.append(family)
     return families
 
@@ -142,7 +156,7 @@ class CachedCalibrationGauges(Collector):
         self._families: list[Metric] = []
 
     def describe(self) -> list[Metric]:
-        return gauge_families(())
+        return gauge_families({})
 
     def collect(self) -> list[Metric]:
         with self._lock:

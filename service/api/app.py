@@ -15,12 +15,12 @@ from service.api.auth_gate import TENANT_STATE, AuthGateMiddleware
 from service.api.body_limit import BodyLimitMiddleware, InflightBudget
 from service.api.docs import add_docs
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
-from service.api.keys import DEFAULT_TENANT
 from service.api.state import AppState
 from service.ingest.accept import empty_retrieval_labels
 from service.runtime import Runtime
 from service.settings import Settings
 from service.store.db_check import warn_if_statistics_go_stale
+from service.store.models import DEFAULT_TENANT
 from service.telemetry.rebuild import ensure_aggregates
 from service.ui.routes import router as ui_router
 

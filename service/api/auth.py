@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api.auth_gate import PRINCIPAL_STATE, key_from_headers
 from service.api.keys import ANONYMOUS, Principal
+from service.api.scrape_token import is_scrape_token
 from service.api.state import AppState, app_state
 
 
@@ -38,16 +39,19 @@ def current_principal(request: Request, state: AppState) -> Principal:
 
 
 def operations_access(request: Request) -> None:
-    """/metrics: an admin key is needed when keys are required (or RM_METRICS_AUTH says so)."""
+    """/metrics: an admin key, or the scrape token (RM_METRICS_TOKEN_FILE), is needed when keys
+    are required (or RM_METRICS_AUTH says so)."""
     state = app_state(request)
     if not state.runtime.settings.metrics_need_key:
         return
     key = presented_key(request)
+    if is_scrape_token(key, state.scrape_token):
+        return
     principal = state.keys.principal(key) if key else None
     if principal is None or not principal.is_admin:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
-            detail="an admin API key is required",
+            detail="an admin API key or the scrape token is required",
             headers={"WWW-Authenticate": "Bearer"},
         )
 

@@ -23,10 +23,10 @@ from sqlalchemy import Engine
 
 from service.store import keys as keys_repository
 from service.store.engine import session_scope
+from service.store.models import DEFAULT_TENANT
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TENANT = "default"
 # Without Redis (the epoch unreadable), a revoked key stops working within this many seconds.
 CACHE_SECONDS = 30.0
 EPOCH_CHECK_SECONDS = 1.0

@@ -9,6 +9,7 @@ from fastapi import Request
 
 from service.analysis.gauges import CachedCalibrationGauges
 from service.api.keys import KeyStore
+from service.api.scrape_token import read_scrape_token
 from service.api.sessions import SessionStore
 from service.ingest.accept import Ingestor
 from service.ingest.dispatch import GatheringSender
@@ -28,6 +29,7 @@ class AppState:
     committer: GroupCommitter  # the single-event path's writer; started and drained by the app
     keys: KeyStore
     sessions: SessionStore
+    scrape_token: str | None = None  # accepted on /metrics only (RM_METRICS_TOKEN_FILE)
 
     @classmethod
     def build(cls, runtime: Runtime) -> AppState:
@@ -60,6 +62,7 @@ class AppState:
             metrics_page=metrics_page,
             keys=KeyStore(runtime.engine, runtime.redis),
             sessions=SessionStore(runtime.redis),
+            scrape_token=read_scrape_token(runtime.settings.metrics_token_file),
         )
 
 

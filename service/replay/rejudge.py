@@ -143,7 +143,8 @@ class Rejudge:
         try:
             for start in range(0, len(todo), batch_size):
                 batch = todo[start : start + batch_size]
-                blocked = self._wait_for_budget({app for _, app in batch}, wait_for_budget, bar)
+                apps = {app for _, app in batch}
+                blocked = self._wait_for_budget(plan.tenant, apps, wait_for_budget, bar)
                 if blocked is not None:
                     return RejudgeResult(len(todo), sent, blocked)
                 while self.runtime.redis.llen(queue) > max_queued:
@@ -160,11 +161,19 @@ class Rejudge:
             bar.close()
         return RejudgeResult(len(todo), sent, None)
 
-    def _wait_for_budget(self, apps: set[str], wait: bool, bar: tqdm) -> str | None:  # type: ignore[type-arg]
-        """Block until every app of the batch has budget left; the app that stops a no-wait run."""
+    def _wait_for_budget(
+        self,
+        tenant: str,
+        apps: set[str],
+        wait: bool,
+        bar: tqdm,  # type: ignore[type-arg]
+    ) -> str | None:
+        """Block until every app of the batch has budget left (the tenant's own budgets); the app
+        that stops a no-wait run."""
         for app in sorted(apps):
             while True:
-                spent = [w for w, left in self.budget.remaining(app).items() if left == 0]
+                remaining = self.budget.remaining(tenant, app)
+                spent = [w for w, left in remaining.items() if left == 0]
                 if not spent:
                     break
                 if not wait:

@@ -1,5 +1,8 @@
-"""Judge spend budgets per app, per hour and per UTC day, in tokens and in dollars, shared by
-every worker through Redis.
+"""Judge spend budgets per tenant and app, per hour and per UTC day, in tokens and in dollars,
+shared by every worker through Redis.
+
+A budget belongs to a (tenant, app) pair, never to an app name alone: tenants choose their app
+names freely, so another tenant sending under the same name must not spend this one's budget.
 
 What a call costs is known only after it returns (the reply's usage), so a worker first reserves
 an estimate and settles the difference afterwards. The reservation checks and spends in one Lua
@@ -15,6 +18,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import quote, unquote
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -22,7 +26,9 @@ from redis import Redis
 
 from service.runtime import Runtime
 from service.settings import Settings
+from service.store.models import DEFAULT_TENANT
 from service.telemetry.aggregates import Delta
+from service.telemetry.cardinality import LabelSetCap
 from service.telemetry.metrics import BUDGET_REMAINING
 
 WINDOWS = ("tokens_per_hour", "tokens_per_day", "dollars_per_hour", "dollars_per_day")
@@ -76,16 +82,24 @@ class Limits:
         return not any(self.as_tuple())
 
 
-def limits_for(app: str, settings: Settings) -> Limits:
+def overrides_for(tenant: str, app: str, settings: Settings) -> dict[str, float]:
+    """The overridden windows of a tenant's app: ``budget_tenant_overrides[tenant][app]``, and
+    for the default tenant ``budget_overrides[app]`` under it (the older form, kept)."""
+    chosen: dict[str, float] = {}
+    if tenant == DEFAULT_TENANT:
+        chosen.update(settings.budget_overrides.get(app, {}))
+    chosen.update(settings.budget_tenant_overrides.get(tenant, {}).get(app, {}))
+    return chosen
+
+
+def limits_for(tenant: str, app: str, settings: Settings) -> Limits:
     base = {
         "tokens_per_hour": settings.budget_tokens_per_hour,
         "tokens_per_day": settings.budget_tokens_per_day,
         "dollars_per_hour": settings.budget_dollars_per_hour,
         "dollars_per_day": settings.budget_dollars_per_day,
     }
-    base.update(
-        {k: float(v) for k, v in settings.budget_overrides.get(app, {}).items() if k in base}
-    )
+    base.update({k: float(v) for k, v in overrides_for(tenant, app, settings).items() if k in base})
     return Limits(**base)
 
 
@@ -114,36 +128,55 @@ class Refusal:
     retry_after_seconds: float  # until that window resets
 
 
+# Tenant and app names are free text: quoted (":" and the glob characters escaped) so a key
+# parses back into its pair, and a scan pattern never matches by accident.
+KEY_PREFIX = "rm:spend:"
+
+
+def _part(name: str) -> str:
+    return quote(name, safe="")
+
+
+def owner_of(key: str) -> tuple[str, str] | None:
+    """(tenant, app) of a window counter's key; None for a key of another shape."""
+    parts = key.removeprefix(KEY_PREFIX).split(":")
+    if not key.startswith(KEY_PREFIX) or len(parts) != 4:
+        return None
+    return unquote(parts[0]), unquote(parts[1])
+
+
 class Budget:
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
         self._reserve = redis.register_script(_RESERVE)
 
-    def keys(self, app: str, now: float) -> tuple[str, str, str, str]:
+    def keys(self, tenant: str, app: str, now: float) -> tuple[str, str, str, str]:
         hour, day = int(now // 3600), int(now // 86400)
+        owner = f"{KEY_PREFIX}{_part(tenant)}:{_part(app)}"
         return (
-            f"rm:budget:{app}:tokens:h{hour}",
-            f"rm:budget:{app}:tokens:d{day}",
-            f"rm:budget:{app}:dollars:h{hour}",
-            f"rm:budget:{app}:dollars:d{day}",
+            f"{owner}:tokens:h{hour}",
+            f"{owner}:tokens:d{day}",
+            f"{owner}:dollars:h{hour}",
+            f"{owner}:dollars:d{day}",
         )
 
     def reserve(
         self,
+        tenant: str,
         app: str,
         model: str,
         prompt_tokens: float,
         completion_tokens: float,
         now: float | None = None,
     ) -> Reservation | Refusal:
-        """Spend an upper estimate of a call if the app's budget has room left, atomically."""
+        """Spend an upper estimate of a call if the tenant's app has budget left, atomically."""
         now = time.time() if now is None else now
         price = price_for(model, self.settings.judge_prices)
         tokens = prompt_tokens + completion_tokens
         dollars = price.dollars(prompt_tokens, completion_tokens)
-        keys = self.keys(app, now)
-        limits = limits_for(app, self.settings).as_tuple()
+        keys = self.keys(tenant, app, now)
+        limits = limits_for(tenant, app, self.settings).as_tuple()
         # A day key outlives its day by an hour so a late settle still finds it.
         ttls = (2 * 3600, 86400 + 3600, 2 * 3600, 86400 + 3600)
         verdict = int(
@@ -166,15 +199,15 @@ class Budget:
             pipe.incrbyfloat(key, amount)
         pipe.execute()
 
-    def spent(self, app: str, now: float | None = None) -> dict[str, float]:
+    def spent(self, tenant: str, app: str, now: float | None = None) -> dict[str, float]:
         now = time.time() if now is None else now
-        values = self.redis.mget(self.keys(app, now))
+        values = self.redis.mget(self.keys(tenant, app, now))
         return {w: float(v or 0.0) for w, v in zip(WINDOWS, values, strict=True)}
 
-    def remaining(self, app: str, now: float | None = None) -> dict[str, float | None]:
+    def remaining(self, tenant: str, app: str, now: float | None = None) -> dict[str, float | None]:
         """What is left of each window (None: that window has no cap)."""
-        spent = self.spent(app, now)
-        limits = limits_for(app, self.settings).as_tuple()
+        spent = self.spent(tenant, app, now)
+        limits = limits_for(tenant, app, self.settings).as_tuple()
         return {
             w: (max(limit - spent[w], 0.0) if limit > 0 else None)
             for w, limit in zip(WINDOWS, limits, strict=True)
@@ -190,7 +223,8 @@ def spend_delta(
     prompt_tokens: int,
     completion_tokens: int,
 ) -> Delta:
-    """The spend figures of one judged event, per app (apply once per event and judge)."""
+    """The spend figures of one judged event, per tenant and app (apply once per event and
+    judge)."""
     delta = Delta(tenant)
     delta.inc("judge_app_calls", {"app": app, "judge": judge}, calls)
     delta.inc("judge_app_tokens", {"app": app, "judge": judge, "kind": "prompt"}, prompt_tokens)
@@ -206,26 +240,33 @@ def spend_delta(
 
 
 class BudgetExhaustedError(Exception):
-    """The app's judge budget is spent for now; ``refusal`` says which window and until when."""
+    """The judge budget of a tenant's app is spent for now; ``refusal`` says which window and
+    until when."""
 
-    def __init__(self, app: str, refusal: Refusal) -> None:
-        super().__init__(f"judge budget of {app!r} spent ({refusal.window})")
+    def __init__(self, tenant: str, app: str, refusal: Refusal) -> None:
+        super().__init__(f"judge budget of {app!r} (tenant {tenant!r}) spent ({refusal.window})")
+        self.tenant = tenant
         self.app = app
         self.refusal = refusal
 
 
-def reserve_call(runtime: Runtime, app: str, model: str, texts: list[str]) -> Reservation | None:
-    """Reserve one judge call's upper estimate; None when the app has no cap (nothing to hold).
+def reserve_call(
+    runtime: Runtime, tenant: str, app: str, model: str, texts: list[str]
+) -> Reservation | None:
+    """Reserve one judge call's upper estimate; None when the tenant's app has no cap (nothing
+    to hold).
 
-    Raises BudgetExhaustedError when a window of the app's budget is spent.
+    Raises BudgetExhaustedError when a window of that budget is spent.
     """
     settings = runtime.settings
-    if limits_for(app, settings).unlimited:
+    if limits_for(tenant, app, settings).unlimited:
         return None
     prompt = estimate_prompt_tokens(texts, settings.judge_prompt_token_overhead)
-    held = Budget(runtime.redis, settings).reserve(app, model, prompt, settings.judge_max_tokens)
+    held = Budget(runtime.redis, settings).reserve(
+        tenant, app, model, prompt, settings.judge_max_tokens
+    )
     if isinstance(held, Refusal):
-        raise BudgetExhaustedError(app, held)
+        raise BudgetExhaustedError(tenant, app, held)
     return held
 
 
@@ -248,21 +289,37 @@ def settle_call(
     return spend_delta(tenant, app, judge, price, calls, prompt_tokens, completion_tokens)
 
 
-def budgeted_apps(redis: Redis, settings: Settings, now: float) -> set[str]:
-    """Apps with a budget to report: those with an override, and those that spent today."""
-    apps = set(settings.budget_overrides)
+def configured_owners(settings: Settings) -> set[tuple[str, str]]:
+    """(tenant, app) pairs that an override names."""
+    owners = {(DEFAULT_TENANT, app) for app in settings.budget_overrides}
+    owners |= {
+        (tenant, app) for tenant, apps in settings.budget_tenant_overrides.items() for app in apps
+    }
+    return owners
+
+
+def budgeted_apps(redis: Redis, settings: Settings, now: float) -> set[tuple[str, str]]:
+    """(tenant, app) pairs with a budget to report: those with an override, and those that spent
+    today."""
+    owners = configured_owners(settings)
     day = int(now // 86400)
-    for key in redis.scan_iter(match=f"rm:budget:*:tokens:d{day}", count=1000):
-        name = key.decode() if isinstance(key, bytes) else str(key)
-        apps.add(name.removeprefix("rm:budget:").rsplit(":tokens:", 1)[0])
-    return apps
+    for key in redis.scan_iter(match=f"{KEY_PREFIX}*:tokens:d{day}", count=1000):
+        owner = owner_of(key.decode() if isinstance(key, bytes) else str(key))
+        if owner is not None:
+            owners.add(owner)
+    return owners
 
 
 class BudgetGauges(Collector):
-    """The budget left per app and window, read from Redis at scrape time."""
+    """The budget left per tenant, app and window, read from Redis at scrape time.
+
+    Bounded like every other series: a pair is reported when an override names it or when the
+    label-set cap admitted the app for that tenant, so a tenant spending under a thousand app
+    names adds no more series than its admitted ones (their budgets still hold)."""
 
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.budget = Budget(redis, settings)
+        self.cap = LabelSetCap(redis, settings.max_label_sets_per_tenant, settings.max_label_sets)
 
     def describe(self) -> list[Metric]:
         return [self._family()]
@@ -270,10 +327,15 @@ class BudgetGauges(Collector):
     def collect(self) -> list[Metric]:
         now = time.time()
         gauge = self._family()
-        for app in sorted(budgeted_apps(self.budget.redis, self.budget.settings, now)):
-            for window, left in self.budget.remaining(app, now).items():
+        settings = self.budget.settings
+        overridden = configured_owners(settings)
+        spending = sorted(budgeted_apps(self.budget.redis, settings, now) - overridden)
+        admitted = self.cap.admitted_apps(spending)
+        shown = overridden | {o for o, ok in zip(spending, admitted, strict=True) if ok}
+        for tenant, app in sorted(shown):
+            for window, left in self.budget.remaining(tenant, app, now).items():
                 if left is not None:
-                    gauge.add_metric([app, window], left)
+                    gauge.add_metric([tenant, app, window], left)
         return [gauge]
 
     @staticmethod

@@ -1,5 +1,6 @@
-"""Shedding a backlog the judge cannot keep up with: the oldest normal-priority events are skipped
-(reason ``shed``, counted) so the wait of the rest stays bounded. Gold and urgent events stay."""
+"""Shedding a backlog the judge cannot keep up with: each tenant's oldest normal-priority events
+past the bound are skipped (reason ``shed``, counted) so the wait of the rest stays bounded. The
+bound is per tenant: a tenant's flood sheds only its own events. Gold and urgent events stay."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ SHED_BATCH = 10_000
 
 
 def shed_backlog(runtime: Runtime) -> int:
-    """Skip what is over ``shed_max_pending``; the number of events shed."""
+    """Skip what each tenant has over ``shed_max_pending``; the number of events shed."""
     bound = runtime.settings.shed_max_pending
     if bound <= 0:
         return 0

@@ -142,6 +142,21 @@ def gold_events_in_window(session: Session, window: EventWindow) -> list[Analysi
     return [event for event in map(_event, rows) if event.has_gold]
 
 
+def gold_tenants_in_window(session: Session, window: EventWindow) -> list[str]:
+    """The tenants with gold events in the window (``window.tenant`` is ignored)."""
+    as_text = cast(col(Event.gold_passage_ids), String)
+    conditions = [
+        col(Event.received_at) >= window.since,
+        col(Event.received_at) < window.until,
+        col(Event.gold_passage_ids).is_not(None),
+        as_text.not_in(["null", "[]"]),
+    ]
+    rows = session.execute(
+        select(col(Event.tenant)).where(*conditions).distinct().order_by(col(Event.tenant))
+    )
+    return [str(row[0]) for row in rows]
+
+
 def judges_in_window(session: Session, window: EventWindow) -> list[JudgeCount]:
     """Judges and prompt versions that scored events of the window, the busiest first."""
     rows = session.execute(

@@ -13,21 +13,30 @@ from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
 from sqlmodel import Session, create_engine
 
+from service.store.readable import readable_json, readable_text
+
 
 def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            json_deserializer=readable_json,
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     # No pre-ping: it costs a round trip on every checkout, on the hot paths; connections the
     # server closed are recycled by age instead, and a failed statement is retried by the caller.
-    return create_engine(url, pool_recycle=1800, pool_size=10, max_overflow=20)
+    return create_engine(
+        url, pool_recycle=1800, pool_size=10, max_overflow=20, json_deserializer=readable_json
+    )
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.text_factory = readable_text
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     # NORMAL is durable across process crashes in WAL mode (only a power loss can drop the

@@ -311,6 +311,16 @@ def pending_summary(session: Session) -> PendingSummary:
     return PendingSummary(int(count), as_utc(oldest))
 
 
+def pending_by_tenant(session: Session) -> dict[str, PendingSummary]:
+    """``pending_summary`` of each tenant that has pending events."""
+    rows = session.execute(
+        select(col(Event.tenant), func.count(), func.min(col(Event.received_at)))
+        .where(col(Event.status) == EventStatus.PENDING.value)
+        .group_by(col(Event.tenant))
+    ).all()
+    return {tenant: PendingSummary(int(count), as_utc(oldest)) for tenant, count, oldest in rows}
+
+
 def as_utc(moment: datetime | None) -> datetime | None:
     # SQLite hands datetimes back naive; they were written as UTC.
     if moment is not None and moment.tzinfo is None:

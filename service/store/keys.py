@@ -49,5 +49,13 @@ def revoke_keys(session: Session, key_hash_prefix: str, now: datetime) -> int:
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
+def key_tenants(session: Session) -> set[str]:
+    """Every tenant that has an active key."""
+    rows = session.execute(
+        select(col(ApiKey.tenant)).where(col(ApiKey.revoked_at).is_(None)).distinct()
+    )
+    return {row[0] for row in rows}
+
+
 def list_keys(session: Session) -> list[ApiKey]:
     return list(session.execute(select(ApiKey).order_by(col(ApiKey.id))).scalars())

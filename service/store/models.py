@@ -13,6 +13,9 @@ from typing import Any
 from sqlalchemy import JSON, Column, Index, Table, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
+# The tenant of every event sent without an API key (keys off), and of settings that name no tenant.
+DEFAULT_TENANT = "default"
+
 
 class EventStatus(StrEnum):
     PENDING = "pending"
@@ -31,7 +34,7 @@ class Event(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    tenant: str = Field(default="default", max_length=100)
+    tenant: str = Field(default=DEFAULT_TENANT, max_length=100)
     event_id: str = Field(max_length=200)
     payload_hash: str = Field(max_length=64)
     timestamp: datetime

@@ -43,31 +43,36 @@ class Shed:
 
 
 def sheddable_backlog(session: Session, keep: int, limit: int) -> list[Shed]:
-    """The oldest pending normal-priority events beyond the newest ``keep`` pending ones.
+    """Per tenant, its oldest pending normal-priority events beyond its newest ``keep`` pending
+    ones; at most ``limit`` in all.
 
-    Gold and urgent events (priority 1) are never shed and do not count against ``keep``.
+    The bound is each tenant's own, so one tenant's flood sheds its own backlog and never another
+    tenant's events. Gold and urgent events (priority 1) are never shed and do not count against
+    ``keep``.
     """
-    pending = session.execute(
-        select(func.count())
-        .select_from(Event)
-        .where(col(Event.status) == EventStatus.PENDING.value, col(Event.priority) == 0)
-    ).scalar_one()
-    excess = min(int(pending) - keep, limit)
-    if excess <= 0:
-        return []
-    rows = session.execute(
-        select(
-            col(Event.id),
-            col(Event.tenant),
-            col(Event.app),
-            col(Event.retriever),
-            col(Event.environment),
+    normal = (col(Event.status) == EventStatus.PENDING.value, col(Event.priority) == 0)
+    backlogs = session.execute(
+        select(col(Event.tenant), func.count()).where(*normal).group_by(col(Event.tenant))
+    ).all()
+    victims: list[Shed] = []
+    for tenant, pending in sorted(backlogs):
+        excess = min(int(pending) - keep, limit - len(victims))
+        if excess <= 0:
+            continue
+        rows = session.execute(
+            select(
+                col(Event.id),
+                col(Event.tenant),
+                col(Event.app),
+                col(Event.retriever),
+                col(Event.environment),
+            )
+            .where(*normal, col(Event.tenant) == tenant)
+            .order_by(col(Event.received_at), col(Event.id))
+            .limit(excess)
         )
-        .where(col(Event.status) == EventStatus.PENDING.value, col(Event.priority) == 0)
-        .order_by(col(Event.received_at), col(Event.id))
-        .limit(excess)
-    )
-    return [Shed(*row) for row in rows]
+        victims += [Shed(*row) for row in rows]
+    return victims
 
 
 @dataclass(frozen=True)

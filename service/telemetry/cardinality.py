@@ -96,6 +96,13 @@ class LabelSetCap:
         self._remember(self._apps, (tenant, app), now, admitted)
         return admitted
 
+    def admitted_apps(self, owners: list[tuple[str, str]]) -> list[bool]:
+        """``admits_app`` of many (tenant, app) pairs in one round trip (a scrape's gauges)."""
+        if not owners:
+            return []
+        members = [_SEPARATOR.join(owner) for owner in owners]
+        return [bool(found) for found in self.redis.smismember(APPS_KEY, members)]
+
     def _remember(
         self, memory: dict[K, tuple[float, bool]], key: K, now: float, value: bool
     ) -> None:

@@ -28,14 +28,14 @@ from service.telemetry.metrics import EVENTS_PENDING, FAMILIES, OLDEST_PENDING_A
 
 @dataclass(frozen=True)
 class PipelineState:
-    queue_depth: dict[str, int]
-    pending_events: int
-    oldest_pending_age_seconds: float
+    queue_depth: dict[str, int]  # the shared queues: every tenant's tasks wait in the same ones
+    pending_events: dict[str, int]  # by tenant
+    oldest_pending_age_seconds: dict[str, float]  # by tenant (0: nothing waits)
 
 
 class PipelineGauges(Collector):
-    """Queue depth, pending events and the oldest one's age, as ``read`` finds them at scrape
-    time."""
+    """Queue depth, and per tenant the pending events and the oldest one's age, as ``read``
+    finds them at scrape time."""
 
     def __init__(self, read: Callable[[], PipelineState]) -> None:
         self.read = read
@@ -48,8 +48,10 @@ class PipelineGauges(Collector):
         depth, pending, age = self._empty()
         for queue, count in state.queue_depth.items():
             depth.add_metric([queue], count)
-        pending.add_metric([], state.pending_events)
-        age.add_metric([], state.oldest_pending_age_seconds)
+        for tenant, count in state.pending_events.items():
+            pending.add_metric([tenant], count)
+        for tenant, seconds in state.oldest_pending_age_seconds.items():
+            age.add_metric([tenant], seconds)
         return [depth, pending, age]
 
     @staticmethod
@@ -58,8 +60,14 @@ class PipelineGauges(Collector):
             GaugeMetricFamily(
                 QUEUE_DEPTH.full_name, QUEUE_DEPTH.help, labels=list(QUEUE_DEPTH.labels)
             ),
-            GaugeMetricFamily(EVENTS_PENDING.full_name, EVENTS_PENDING.help, labels=[]),
-            GaugeMetricFamily(OLDEST_PENDING_AGE.full_name, OLDEST_PENDING_AGE.help, labels=[]),
+            GaugeMetricFamily(
+                EVENTS_PENDING.full_name, EVENTS_PENDING.help, labels=list(EVENTS_PENDING.labels)
+            ),
+            GaugeMetricFamily(
+                OLDEST_PENDING_AGE.full_name,
+                OLDEST_PENDING_AGE.help,
+                labels=list(OLDEST_PENDING_AGE.labels),
+            ),
         )
 
 

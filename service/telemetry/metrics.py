@@ -47,12 +47,17 @@ shared judge and carry no tenant):
 - retrieval_monitor_signal_{top_score,score_gap,duplicate_ratio,passage_length_characters}
   histograms [event labels]: judge-free signals of every accepted event
 - retrieval_monitor_queue_depth gauge [queue]
-- retrieval_monitor_oldest_pending_event_age_seconds gauge
-- retrieval_monitor_events_pending gauge
-- retrieval_monitor_judge_budget_remaining gauge [app, window]  (window: tokens_per_hour,
+- retrieval_monitor_oldest_pending_event_age_seconds gauge [tenant]
+- retrieval_monitor_events_pending gauge [tenant]: every tenant with an active key, and the
+  default tenant, have a series (0 when nothing waits)
+- retrieval_monitor_judge_budget_remaining gauge [tenant, app, window]  (window: tokens_per_hour,
   tokens_per_day, dollars_per_hour, dollars_per_day): only windows with a cap
-- retrieval_monitor_judge_gold_{kappa,precision,recall,passages} gauges [judge, prompt_version]:
-  the judge's agreement with gold labels over the last day (service.analysis.gauges)
+- retrieval_monitor_judge_gold_{kappa,precision,recall,passages} gauges [tenant, judge,
+  prompt_version]: the judge's agreement with each tenant's gold labels over the last day
+  (service.analysis.gauges)
+
+Families without a tenant describe machinery every tenant shares (``SHARED_FAMILIES`` says why,
+for each); every other family carries the tenant.
 """
 
 from __future__ import annotations
@@ -220,12 +225,42 @@ FAMILIES: dict[str, Family] = {
 
 QUEUE_DEPTH = Family("queue_depth", "gauge", "Judge tasks waiting in the queue.", ("queue",))
 OLDEST_PENDING_AGE = Family(
-    "oldest_pending_event_age_seconds", "gauge", "Age of the oldest event not yet judged.", ()
+    "oldest_pending_event_age_seconds",
+    "gauge",
+    "Age of the tenant's oldest event not yet judged (0 when none waits).",
+    ("tenant",),
 )
 BUDGET_REMAINING = Family(
     "judge_budget_remaining",
     "gauge",
-    "What is left of an app's judge budget in the current window (tokens or dollars).",
-    ("app", "window"),
+    "What is left of a tenant's app's judge budget in the current window (tokens or dollars).",
+    ("tenant", "app", "window"),
 )
-EVENTS_PENDING = Family("events_pending", "gauge", "Events accepted and not yet judged.", ())
+EVENTS_PENDING = Family(
+    "events_pending", "gauge", "The tenant's events accepted and not yet judged.", ("tenant",)
+)
+
+
+# The families without a tenant label, each with the reason: they describe machinery every tenant
+# shares, where a per-tenant split would either be unknown or say nothing about the tenant.
+SHARED_FAMILIES: dict[str, str] = {
+    "http_responses": "HTTP answers are counted before the caller is known (a 401 or a 413 has "
+    "no tenant); the figure is the API's health",
+    **{
+        name: "the judge endpoint is one for every tenant: its calls, failures, latency and "
+        "output mode are its health; each tenant's share of the spend is in judge_app_*"
+        for name in (
+            "judge_calls",
+            "judge_tokens",
+            "judge_failures",
+            "judge_labels",
+            "judge_labels_missing",
+            "judge_cache_hits",
+            "judge_output_mode",
+            "judge_latency_seconds",
+        )
+    },
+    "queue_depth": "the Celery queues are shared: a task names an event, not a tenant, and "
+    "counting per tenant would mean reading every queued message; the pending events per tenant "
+    "come from the database instead (events_pending)",
+}

@@ -1,23 +1,32 @@
-"""Where the pipeline stands at scrape time: judge tasks queued, events pending and how long the
-oldest has waited. Read from the database and the queues, so every replica reports the same."""
+"""Where the pipeline stands at scrape time: judge tasks queued, and per tenant the events pending
+and how long the oldest has waited. Read from the database and the queues, so every replica
+reports the same.
+
+A tenant's pending series exist while it has an active key (0 when nothing waits), and the default
+tenant's always, so a drained backlog reads 0 rather than vanishing, and the number of series is
+the number of tenants, which only an admin creates."""
 
 from __future__ import annotations
 
 from service.queue import urgent_queue
 from service.runtime import Runtime
 from service.store.engine import session_scope
-from service.store.events import pending_summary, utcnow
+from service.store.events import pending_by_tenant, utcnow
+from service.store.keys import key_tenants
+from service.store.models import DEFAULT_TENANT
 from service.telemetry.exporter import PipelineState
 
 
 def read_pipeline_state(runtime: Runtime) -> PipelineState:
     with session_scope(runtime.engine) as session:
-        pending = pending_summary(session)
-    age = (
-        (utcnow() - pending.oldest_received_at).total_seconds()
-        if pending.oldest_received_at
-        else 0.0
-    )
+        pending = pending_by_tenant(session)
+        tenants = key_tenants(session) | {DEFAULT_TENANT} | set(pending)
+    now = utcnow()
+    ages = {
+        tenant: max((now - summary.oldest_received_at).total_seconds(), 0.0)
+        for tenant, summary in pending.items()
+        if summary.oldest_received_at is not None
+    }
     queues = (runtime.settings.queue_name, urgent_queue(runtime.settings.queue_name))
     # One round trip for both queues: every round trip of a scrape adds to its time.
     with runtime.redis.pipeline(transaction=False) as pipe:
@@ -26,6 +35,6 @@ def read_pipeline_state(runtime: Runtime) -> PipelineState:
         depths = pipe.execute()
     return PipelineState(
         queue_depth={queue: int(d) for queue, d in zip(queues, depths, strict=True)},
-        pending_events=pending.count,
-        oldest_pending_age_seconds=max(age, 0.0),
+        pending_events={t: pending[t].count if t in pending else 0 for t in sorted(tenants)},
+        oldest_pending_age_seconds={t: ages.get(t, 0.0) for t in sorted(tenants)},
     )

@@ -19,6 +19,7 @@ from sqlalchemy import (
     JSON,
     Float,
     Integer,
+    Text,
     and_,
     case,
     cast,
@@ -55,13 +56,35 @@ def _has_gold(dialect: str) -> ColumnElement[bool]:
     return func.coalesce(func.json_array_length(gold), 0) > 0
 
 
+# Escapes that PostgreSQL cannot turn into text (json_array_elements_text fails the whole query
+# on them): a NUL, a high surrogate without its low half, a low one without its high half. A row
+# stored before the storable check may hold them; they are read as U+FFFD, like every other read
+# (service.store.readable). A valid pair is kept.
+_PG_UNTEXTABLE = (
+    r"\\u0000",
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})",
+    r"(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}",
+)
+_PG_SUSPECT = r"\\u(0000|[dD][89a-fA-F])"
+
+
+def _pg_textable(document: Any) -> Any:
+    """A JSON column whose strings PostgreSQL can extract as text, whatever an old row holds."""
+    as_text: Any = cast(document, Text)
+    cleaned = as_text
+    for pattern in _PG_UNTEXTABLE:
+        cleaned = func.regexp_replace(cleaned, pattern, r"\\ufffd", "g")
+    # The regular expressions run only on the rare document that holds a suspect escape.
+    return case((as_text.op("~")(_PG_SUSPECT), cast(cleaned, JSON)), else_=document)
+
+
 def _gold_reached(dialect: str) -> ColumnElement[bool]:
     """True when a gold passage id is among the event's top k passages."""
     gold = col(Event.gold_passage_ids)
     ids: Any
     if dialect == "postgresql":
         safe = case(
-            (func.json_typeof(gold) == "array", gold),
+            (func.json_typeof(gold) == "array", _pg_textable(gold)),
             else_=cast(literal("[]"), JSON),
         )
         ids = func.json_array_elements_text(safe).table_valued("value").alias("gold_ids")

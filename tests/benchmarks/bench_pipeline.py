@@ -203,8 +203,8 @@ def _pending(url: str) -> int:
     from prometheus_client.parser import text_string_to_metric_families
 
     for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
-        if family.name == "retrieval_monitor_events_pending":
-            return int(family.samples[0].value)
+        if family.name == "retrieval_monitor_events_pending":  # one sample per tenant
+            return int(sum(sample.value for sample in family.samples))
     return 0
 
 

@@ -304,6 +304,11 @@ def test_promtool_accepts_the_prometheus_config_with_its_mounted_rules(
         if any(fnmatch.fnmatch(target, pattern) for pattern in patterns):
             shutil.copy(REPO_ROOT / source, rules / Path(target).name)
     config["rule_files"] = [str(rules / Path(pattern).name) for pattern in patterns]
+    # The scrape token's secret, where the config reads it.
+    (job,) = config["scrape_configs"]
+    token = tmp_path / "metrics_token"
+    token.write_text("0123456789abcdef0123\n")
+    job["authorization"]["credentials_file"] = str(token)
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     result = subprocess.run(
         [promtool, "check", "config", str(tmp_path / "prometheus.yml")],
@@ -395,3 +400,27 @@ def test_the_api_comes_up_with_keys_required(compose: dict[str, Any]) -> None:
     settings = Settings.model_validate({"host": api.host, "auth_required": True})
     assert cli.open_remote_refusal(settings) is None
     assert cli.open_remote_refusal(settings.model_copy(update={"auth_required": False}))
+
+
+def test_metrics_need_a_credential_and_prometheus_presents_one(compose: dict[str, Any]) -> None:
+    """Keys on (the default) close /metrics too: nothing in the file opens it again, and the
+    bundled Prometheus scrapes with the scrape token the API reads from the same secret."""
+    api = services(compose)["api"]
+    environment = api["environment"]
+    assert "RM_METRICS_AUTH" not in environment  # unset: a credential whenever keys are on
+    settings = Settings.model_validate({"auth_required": True})
+    assert settings.metrics_need_key
+    token_file = environment["RM_METRICS_TOKEN_FILE"]
+    (secret,) = {Path(token_file).name} & set(compose["secrets"])
+    assert token_file == f"/run/secrets/{secret}"
+    assert secret in api["secrets"]
+    assert secret in services(compose)["prometheus"]["secrets"]
+    for name in APP_SERVICES:
+        if name != "api":
+            assert secret not in services(compose)[name].get("secrets", [])
+    (job,) = config_content(compose, "prometheus")["scrape_configs"]
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": token_file}
+    # The token comes from .env, where the example leaves it empty for the operator to fill.
+    variable = compose["secrets"][secret]["environment"]
+    assert env_example()[variable] == ""
+    assert "RM_METRICS_AUTH" not in env_example()

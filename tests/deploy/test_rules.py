@@ -21,7 +21,13 @@ from pydantic import ValidationError
 from deploy import generate
 from deploy.config import CONFIG_PATH, load
 from service.analysis.gauges import GAUGES as GOLD_GAUGES
-from service.telemetry.metrics import EVENTS_PENDING, FAMILIES, OLDEST_PENDING_AGE, QUEUE_DEPTH
+from service.telemetry.metrics import (
+    BUDGET_REMAINING,
+    EVENTS_PENDING,
+    FAMILIES,
+    OLDEST_PENDING_AGE,
+    QUEUE_DEPTH,
+)
 from tests.paths import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -51,7 +57,9 @@ def run(*command: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 
 def exported_series() -> set[str]:
     """Every series name the service exports, from its metric contract."""
-    names = {f.full_name for f in (QUEUE_DEPTH, OLDEST_PENDING_AGE, EVENTS_PENDING)}
+    names = {
+        f.full_name for f in (QUEUE_DEPTH, OLDEST_PENDING_AGE, EVENTS_PENDING, BUDGET_REMAINING)
+    }
     names.update(gauge.full_name for gauge in GOLD_GAUGES)
     for family in FAMILIES.values():
         if family.kind == "counter":

@@ -547,7 +547,7 @@ def test_calibration_gauges_export_the_judge_against_gold(world: World) -> None:
         families = calibration_gauges(session)
     registry = CollectorRegistry()
     registry.register(_Families(lambda: families))
-    labels = {"judge": "llm", "prompt_version": "v1"}
+    labels = {"tenant": "default", "judge": "llm", "prompt_version": "v1"}
     # The default 24 hours hold the 80 recent gold events, not last week's ten.
     tp, fp, fn, _tn = _calibration(world.a + world.b)
     assert registry.get_sample_value("retrieval_monitor_judge_gold_precision", labels) == (

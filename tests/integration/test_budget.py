@@ -24,13 +24,16 @@ from service.spend.budget import (
     Reservation,
     estimate_prompt_tokens,
     limits_for,
+    owner_of,
     price_for,
     spend_delta,
 )
 from service.store.models import Event
+from service.telemetry.cardinality import LabelSet, LabelSetCap
 from tests.conftest import WorkerFactory, processes_that_judged, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event
+from tests.integration.test_metrics_tenants import add_key, bearer
 
 ESTIMATE = 100  # tokens reserved per call; the real use is at most this
 LIMIT = 5_000
@@ -53,7 +56,7 @@ def _worker(url: str, seed: int, results: multiprocessing.Queue, start: Any) -> 
     used = calls = 0
     start.wait(timeout=30)  # all processes begin together, so they really compete
     while True:
-        held = budget.reserve("bot", "m", ESTIMATE - 20, 20, now=NOW)
+        held = budget.reserve("default", "bot", "m", ESTIMATE - 20, 20, now=NOW)
         if isinstance(held, Refusal):
             break
         actual = rng.randint(30, ESTIMATE)
@@ -79,7 +82,9 @@ def test_parallel_workers_overshoot_by_at_most_one_call(redis_url: str) -> None:
         worker.join(timeout=10)
     used = sum(u for u, _ in reports)
     calls = sum(c for _, c in reports)
-    spent = Budget(redis.Redis.from_url(redis_url), budget_settings()).spent("bot", now=NOW)
+    spent = Budget(redis.Redis.from_url(redis_url), budget_settings()).spent(
+        "default", "bot", now=NOW
+    )
     # Redis holds exactly what the workers really used, once every reservation is settled.
     assert spent["tokens_per_hour"] == pytest.approx(used)
     assert spent["tokens_per_day"] == pytest.approx(used)
@@ -95,45 +100,45 @@ def test_refusal_names_the_window_and_when_it_resets(redis_url: str) -> None:
         redis.Redis.from_url(redis_url),
         budget_settings(budget_tokens_per_hour=0, budget_dollars_per_day=10),
     )
-    held = budget.reserve("bot", "m", 5_000, 2_000, now=NOW)  # $2.50 + $3.00
+    held = budget.reserve("default", "bot", "m", 5_000, 2_000, now=NOW)  # $2.50 + $3.00
     assert isinstance(held, Reservation)
     assert held.dollars == pytest.approx(5.5)
-    assert isinstance(budget.reserve("bot", "m", 5_000, 2_000, now=NOW), Reservation)
-    refused = budget.reserve("bot", "m", 1, 1, now=NOW + 5)
+    assert isinstance(budget.reserve("default", "bot", "m", 5_000, 2_000, now=NOW), Reservation)
+    refused = budget.reserve("default", "bot", "m", 1, 1, now=NOW + 5)
     assert isinstance(refused, Refusal)
     assert refused.window == "dollars_per_day"
     assert refused.retry_after_seconds == pytest.approx(86400 - (NOW + 5) % 86400)
     # Another app and the next day draw on budgets of their own.
-    assert isinstance(budget.reserve("other", "m", 1, 1, now=NOW), Reservation)
-    assert isinstance(budget.reserve("bot", "m", 1, 1, now=NOW + 86400), Reservation)
+    assert isinstance(budget.reserve("default", "other", "m", 1, 1, now=NOW), Reservation)
+    assert isinstance(budget.reserve("default", "bot", "m", 1, 1, now=NOW + 86400), Reservation)
 
 
 def test_settle_refunds_the_estimate_and_remaining_shows_it(redis_url: str) -> None:
     budget = Budget(redis.Redis.from_url(redis_url), budget_settings())
-    held = budget.reserve("bot", "m", 900, 100, now=NOW)
+    held = budget.reserve("default", "bot", "m", 900, 100, now=NOW)
     assert isinstance(held, Reservation)
-    assert budget.remaining("bot", now=NOW)["tokens_per_hour"] == LIMIT - 1000
+    assert budget.remaining("default", "bot", now=NOW)["tokens_per_hour"] == LIMIT - 1000
     budget.settle(held, 300, 50)
-    remaining = budget.remaining("bot", now=NOW)
+    remaining = budget.remaining("default", "bot", now=NOW)
     assert remaining["tokens_per_hour"] == LIMIT - 350
     assert remaining["tokens_per_day"] is None  # no cap set
-    dollars = budget.spent("bot", now=NOW)["dollars_per_hour"]
+    dollars = budget.spent("default", "bot", now=NOW)["dollars_per_hour"]
     assert dollars == pytest.approx((300 * 0.5 + 50 * 1.5) / 1000)
 
 
 def test_an_unlimited_app_is_never_refused(redis_url: str) -> None:
     budget = Budget(redis.Redis.from_url(redis_url), budget_settings(budget_tokens_per_hour=0))
     for _ in range(50):
-        assert isinstance(budget.reserve("bot", "m", 1e6, 1e6, now=NOW), Reservation)
+        assert isinstance(budget.reserve("default", "bot", "m", 1e6, 1e6, now=NOW), Reservation)
 
 
 def test_overrides_prices_and_estimates() -> None:
     settings = budget_settings(
         budget_tokens_per_day=10, budget_overrides={"bot": {"tokens_per_hour": 7, "bogus": 1}}
     )
-    assert limits_for("bot", settings) == Limits(7, 10, 0, 0)
-    assert limits_for("other", settings) == Limits(LIMIT, 10, 0, 0)
-    assert not limits_for("other", settings).unlimited
+    assert limits_for("default", "bot", settings) == Limits(7, 10, 0, 0)
+    assert limits_for("default", "other", settings) == Limits(LIMIT, 10, 0, 0)
+    assert not limits_for("default", "other", settings).unlimited
     assert price_for("unknown", settings.judge_prices).dollars(1000, 1000) == 0.0
     assert price_for("m", settings.judge_prices).dollars(1000, 1000) == pytest.approx(2.0)
     assert estimate_prompt_tokens(["a" * 400, "b" * 401], 600) == 600 + 201
@@ -154,10 +159,12 @@ def _states(settings: Settings) -> dict[str, tuple[str, str | None]]:
         return {e.event_id: (e.status, e.skip_reason) for e in session.exec(select(Event)).all()}
 
 
-def _metric(client: TestClient, name: str, **labels: str) -> float:
+def _metric(
+    client: TestClient, name: str, headers: dict[str, str] | None = None, **labels: str
+) -> float:
     return sum(
         s.value
-        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for family in text_string_to_metric_families(client.get("/metrics", headers=headers).text)
         for s in family.samples
         if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
     )
@@ -210,7 +217,7 @@ def test_two_worker_processes_share_one_budget(
         deferred = _metric(client, "retrieval_monitor_events_deferred_total", reason="budget")
     # Both pool processes called the judge or met the spent budget: they really competed.
     assert len(processes_that_judged([worker])) == 2, processes_that_judged([worker])
-    spent = Budget(redis.Redis.from_url(settings.redis_url), settings).spent("shop")
+    spent = Budget(redis.Redis.from_url(settings.redis_url), settings).spent("default", "shop")
     states = _states(settings)
     judged = sum(s == "judged" for s, _ in states.values())
     # The budget holds exactly what the judge reports it used, and so does the figure.
@@ -228,22 +235,124 @@ def test_two_worker_processes_share_one_budget(
         assert skipped == 0
 
 
-def test_budget_gauges_report_what_is_left_per_app_and_capped_window(redis_url: str) -> None:
-    settings = budget_settings(budget_overrides={"quiet": {"dollars_per_day": 3}})
-    budget = Budget(redis.Redis.from_url(redis_url), settings)
-    held = budget.reserve("bot", "m", 1000, 0)
-    assert isinstance(held, Reservation)
-    budget.settle(held, 400, 0)
+def test_budget_gauges_report_what_is_left_per_tenant_app_and_capped_window(
+    redis_url: str,
+) -> None:
+    settings = budget_settings(
+        budget_overrides={"quiet": {"dollars_per_day": 3}},
+        budget_tenant_overrides={"acme": {"bot": {"tokens_per_hour": 900}}},
+    )
+    store = redis.Redis.from_url(redis_url)
+    cap = LabelSetCap(store, settings.max_label_sets_per_tenant, settings.max_label_sets)
+    for tenant in ("default", "acme"):
+        assert cap.admits(LabelSet(tenant, "bot", "bm25", ""))
+    budget = Budget(store, settings)
+    for tenant, tokens in (("default", 400), ("acme", 100)):
+        held = budget.reserve(tenant, "bot", "m", 1000, 0)
+        assert isinstance(held, Reservation)
+        budget.settle(held, tokens, 0)
+    # Spent under an app name no admitted label set carries: budgeted, but not a series.
+    assert isinstance(budget.reserve("acme", "unadmitted", "m", 10, 0), Reservation)
     samples = {
-        (s.labels["app"], s.labels["window"]): s.value
-        for family in BudgetGauges(redis.Redis.from_url(redis_url), settings).collect()
+        (s.labels["tenant"], s.labels["app"], s.labels["window"]): s.value
+        for family in BudgetGauges(store, settings).collect()
         for s in family.samples
     }
     assert samples == {
-        ("bot", "tokens_per_hour"): LIMIT - 400,
-        ("quiet", "tokens_per_hour"): LIMIT,
-        ("quiet", "dollars_per_day"): 3,
+        ("default", "bot", "tokens_per_hour"): LIMIT - 400,
+        ("acme", "bot", "tokens_per_hour"): 900 - 100,
+        ("default", "quiet", "tokens_per_hour"): LIMIT,
+        ("default", "quiet", "dollars_per_day"): 3,
     }
+
+
+def test_tenants_sharing_an_app_name_spend_budgets_of_their_own(redis_url: str) -> None:
+    settings = budget_settings(budget_overrides={"bot": {"tokens_per_hour": 7}})
+    budget = Budget(redis.Redis.from_url(redis_url), settings)
+    while isinstance(budget.reserve("acme", "bot", "m", 1000, 0, now=NOW), Reservation):
+        pass
+    assert budget.remaining("acme", "bot", now=NOW)["tokens_per_hour"] == 0
+    # Another tenant's "bot" is untouched: nothing spent, nothing refused.
+    assert budget.spent("globex", "bot", now=NOW)["tokens_per_hour"] == 0
+    assert isinstance(budget.reserve("globex", "bot", "m", 1000, 0, now=NOW), Reservation)
+    # The older per-app override names the default tenant's app only.
+    assert limits_for("default", "bot", settings).tokens_per_hour == 7
+    assert limits_for("acme", "bot", settings).tokens_per_hour == LIMIT
+    # Names with the key's separator and glob characters cannot collide or leak into a scan.
+    assert budget.keys("a:b", "c", NOW) != budget.keys("a", "b:c", NOW)
+    assert owner_of(budget.keys("a:b*", "[c]", NOW)[1]) == ("a:b*", "[c]")
+
+
+def test_a_tenant_spending_its_budget_does_not_refuse_another_tenants_same_app(
+    llm_settings: Settings, worker_factory: WorkerFactory, fake_llm: FakeLLM
+) -> None:
+    limit = 1500
+    settings = llm_settings.model_copy(
+        update={
+            "auth_required": True,
+            "budget_tokens_per_day": limit,
+            "budget_policy": "skip",
+            "judge_max_tokens": 200,
+        }
+    )
+    fake_llm.reset()
+    fake_llm.set_labels(default_grade=2)
+    acme, globex = add_key(settings, "acme"), add_key(settings, "globex")
+    admin = add_key(settings, "ops", admin=True)
+    worker_factory(settings).start()
+    with TestClient(create_app(settings)) as client:
+        # acme spends the whole day of its "shop" budget.
+        flood = [make_event(f"a-{i}", n=3, query=f"acme question {i}") for i in range(16)]
+        sent = client.post("/v1/events/batch", json={"events": flood}, headers=bearer(acme))
+        assert sent.status_code == 200
+        wait_for(lambda: all(s != "pending" for s, _ in _states(settings).values()), timeout=90)
+        acme_states = _states(settings)
+        assert any(reason == "budget" for _, reason in acme_states.values())
+        acme_used = sum(fake_llm.stats()[k] for k in ("prompt_tokens", "completion_tokens"))
+
+        # globex sends under the same app name: judged in full, its budget its own.
+        mine = [make_event(f"g-{i}", n=3, query=f"globex question {i}") for i in range(2)]
+        sent = client.post("/v1/events/batch", json={"events": mine}, headers=bearer(globex))
+        assert sent.status_code == 200
+
+        def globex_settled() -> bool:
+            states = _states(settings)
+            return all(states[f"g-{i}"][0] != "pending" for i in range(2))
+
+        wait_for(globex_settled, timeout=60)
+        states = _states(settings)
+        wait_for(
+            lambda: (
+                _metric(
+                    client,
+                    "retrieval_monitor_judge_app_calls_total",
+                    headers=bearer(admin),
+                    tenant="globex",
+                )
+                == 2
+            ),
+            timeout=30,
+        )
+        used = sum(fake_llm.stats()[k] for k in ("prompt_tokens", "completion_tokens"))
+        left = {
+            tenant: _metric(
+                client,
+                "retrieval_monitor_judge_budget_remaining",
+                headers=bearer(admin),
+                tenant=tenant,
+                app="shop",
+                window="tokens_per_day",
+            )
+            for tenant in ("acme", "globex")
+        }
+    assert [states[f"g-{i}"] for i in range(2)] == [("judged", None)] * 2
+    store = redis.Redis.from_url(settings.redis_url)
+    spent = Budget(store, settings)
+    assert spent.spent("acme", "shop")["tokens_per_day"] == pytest.approx(acme_used)
+    assert spent.spent("globex", "shop")["tokens_per_day"] == pytest.approx(used - acme_used)
+    assert left["acme"] == 0
+    assert left["globex"] == pytest.approx(limit - (used - acme_used))
+    assert 0 < left["globex"] < limit
 
 
 def test_events_deferred_by_a_spent_budget_are_judged_once_the_window_resets(
@@ -281,7 +390,7 @@ def test_events_deferred_by_a_spent_budget_are_judged_once_the_window_resets(
         store = redis.Redis.from_url(settings.redis_url)
         budget = Budget(store, settings)
         while (before := judged()) < len(events):
-            store.delete(*budget.keys("shop", time.time()))
+            store.delete(*budget.keys("default", "shop", time.time()))
             wait_for(lambda: judged() > before, timeout=60)
     # Each deferred event cost one call, made after the reset; none was judged twice.
     assert fake_llm.stats()["calls"] == calls_before + held_back

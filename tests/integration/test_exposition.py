@@ -48,8 +48,8 @@ AWKWARD = ("plain", 'say "hi"', "back\\slash", "two\nlines", "end\\", "na√Øve ‚ú
 
 STATE = PipelineState(
     queue_depth={"judge": 3, "judge.urgent": 0},
-    pending_events=7,
-    oldest_pending_age_seconds=12.25,
+    pending_events={"acme": 7, "default": 0},
+    oldest_pending_age_seconds={"acme": 12.25, "default": 0.0},
 )
 
 
@@ -94,16 +94,16 @@ def reference_page(
     for queue, count in state.queue_depth.items():
         depth.add_metric([queue], count)
     families.append(depth)
-    families.append(
-        GaugeMetricFamily(EVENTS_PENDING.full_name, EVENTS_PENDING.help, state.pending_events)
+    pending = GaugeMetricFamily(EVENTS_PENDING.full_name, EVENTS_PENDING.help, labels=["tenant"])
+    for tenant, count in state.pending_events.items():
+        pending.add_metric([tenant], count)
+    families.append(pending)
+    age = GaugeMetricFamily(
+        OLDEST_PENDING_AGE.full_name, OLDEST_PENDING_AGE.help, labels=["tenant"]
     )
-    families.append(
-        GaugeMetricFamily(
-            OLDEST_PENDING_AGE.full_name,
-            OLDEST_PENDING_AGE.help,
-            state.oldest_pending_age_seconds,
-        )
-    )
+    for tenant, seconds in state.oldest_pending_age_seconds.items():
+        age.add_metric([tenant], seconds)
+    families.append(age)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families([*families, *extra]))
     return generate_latest(registry)

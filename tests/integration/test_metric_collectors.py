@@ -24,7 +24,9 @@ from service.telemetry.metrics import FAMILIES
 from tests.conftest import make_settings
 
 STATE = PipelineState(
-    queue_depth={"judge": 2, "judge.urgent": 1}, pending_events=3, oldest_pending_age_seconds=4.5
+    queue_depth={"judge": 2, "judge.urgent": 1},
+    pending_events={"acme": 3, "default": 0},
+    oldest_pending_age_seconds={"acme": 4.5, "default": 0.0},
 )
 COMPUTED = [
     "retrieval_monitor_queue_depth",
@@ -62,7 +64,7 @@ def test_each_collector_describes_what_it_collects(
         redis_url,
         budget_overrides={"bot": {"tokens_per_day": 5000}},
     )
-    held = Budget(redis.Redis.from_url(redis_url), capped).reserve("bot", "m", 100, 0)
+    held = Budget(redis.Redis.from_url(redis_url), capped).reserve("default", "bot", "m", 100, 0)
     assert isinstance(held, Reservation)
     engine = make_engine(settings.database_url)
     collectors: list[PipelineGauges | CachedCalibrationGauges | BudgetGauges] = [
@@ -80,11 +82,11 @@ def test_each_collector_describes_what_it_collects(
         engine.dispose()
     depth, pending, age = PipelineGauges(lambda: STATE).collect()
     assert {s.labels["queue"]: s.value for s in depth.samples} == {"judge": 2, "judge.urgent": 1}
-    assert [s.value for s in pending.samples] == [3]
-    assert [s.value for s in age.samples] == [4.5]
+    assert {s.labels["tenant"]: s.value for s in pending.samples} == {"acme": 3, "default": 0}
+    assert {s.labels["tenant"]: s.value for s in age.samples} == {"acme": 4.5, "default": 0}
     (budget,) = collectors[2].collect()
     assert [(s.labels, s.value) for s in budget.samples] == [
-        ({"app": "bot", "window": "tokens_per_day"}, 4900)
+        ({"tenant": "default", "app": "bot", "window": "tokens_per_day"}, 4900)
     ]
 
 

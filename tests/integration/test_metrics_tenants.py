@@ -9,17 +9,21 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
 from service.api.keys import key_hash, new_key
+from service.api.scrape_token import ScrapeTokenError
 from service.settings import Settings
 from service.store import keys as keys_repository
 from service.store.engine import make_engine, session_scope
 from service.store.events import utcnow
 from service.telemetry.cardinality import OVERFLOW
-from tests.conftest import WorkerFactory, make_settings
+from service.telemetry.metrics import SHARED_FAMILIES
+from tests.conftest import WorkerFactory, make_settings, wait_for
 from tests.helpers import make_event
 from tests.integration.test_pipeline import wait_status
+from tests.paths import REPO_ROOT
 
 ACCEPTED = "retrieval_monitor_events_accepted_total"
 
@@ -184,3 +188,90 @@ def test_events_past_the_cap_are_judged_and_scored_under_the_overflow_set(
         assert found[overflow[0]] == 1
         assert found[kept[0]] == 1
     assert not any("elsewhere" in labels for labels in {**judged, **scored})
+
+
+def test_the_scrape_token_reads_metrics_and_nothing_else(
+    tmp_path: Path, store_url: str, redis_url: str
+) -> None:
+    token_file = tmp_path / "metrics_token"
+    token_file.write_text("s3cret-scrape-token-0123456789\n")
+    settings = make_settings(
+        tmp_path, store_url, redis_url, auth_required=True, metrics_token_file=str(token_file)
+    )
+    with TestClient(create_app(settings)) as client:
+        token = bearer("s3cret-scrape-token-0123456789")
+        # Without a credential, or with a wrong one, /metrics stays closed.
+        assert client.get("/metrics").status_code == 401
+        assert (
+            client.get("/metrics", headers=bearer("s3cret-scrape-token-01234567")).status_code
+            == 401
+        )
+        page = client.get("/metrics", headers=token)
+        assert page.status_code == 200
+        assert "retrieval_monitor_events_pending" in page.text
+        # It is no tenant's key: ingest and reads refuse it.
+        assert client.post("/v1/events", json=make_event("x"), headers=token).status_code == 401
+        assert client.get("/v1/events/x", headers=token).status_code == 401
+
+
+@pytest.mark.parametrize("content", ["", "short", None])
+def test_an_unusable_scrape_token_file_stops_the_api(
+    tmp_path: Path, settings: Settings, content: str | None
+) -> None:
+    token_file = tmp_path / "metrics_token"
+    if content is not None:
+        token_file.write_text(content)
+    broken = settings.model_copy(
+        update={"auth_required": True, "metrics_token_file": str(token_file)}
+    )
+    with pytest.raises(ScrapeTokenError, match="RM_METRICS_TOKEN_FILE"):
+        create_app(broken)
+
+
+def test_every_series_names_its_tenant_but_the_shared_machinery(
+    llm_settings: Settings, worker_factory: WorkerFactory
+) -> None:
+    settings = llm_settings.model_copy(
+        update={"auth_required": True, "budget_tokens_per_day": 1_000_000}
+    )
+    acme, admin = add_key(settings, "acme"), add_key(settings, "ops", admin=True)
+    worker_factory(settings).start()
+    with TestClient(create_app(settings)) as client:
+        batch = {"events": [make_event("plain"), make_event("gold", gold_passage_ids=["d1"])]}
+        assert client.post("/v1/events/batch", json=batch, headers=bearer(acme)).status_code == 200
+
+        def judged() -> bool:
+            return all(
+                client.get(f"/v1/events/{event_id}", headers=bearer(acme)).json()["status"]
+                == "judged"
+                for event_id in ("plain", "gold")
+            )
+
+        wait_for(judged, timeout=120)
+        page = client.get("/metrics", headers=bearer(admin)).text
+    families = {
+        family.name.removeprefix("retrieval_monitor_"): family
+        for family in text_string_to_metric_families(page)
+    }
+    untenanted = {
+        name: sorted({tuple(sorted(s.labels)) for s in family.samples if "tenant" not in s.labels})
+        for name, family in families.items()
+        if name not in SHARED_FAMILIES
+    }
+    assert {name: labels for name, labels in untenanted.items() if labels} == {}
+    # The families computed at scrape time, the spend and the measures all had samples to check.
+    with_samples = {name for name, family in families.items() if family.samples}
+    assert {
+        "events_pending",
+        "oldest_pending_event_age_seconds",
+        "judge_budget_remaining",
+        "judge_gold_kappa",
+        "judge_gold_passages",
+        "judge_app_calls",
+        "measure_precision",
+        "events_judged",
+    } <= with_samples
+    # The allow-list names real families, each documented with its reason.
+    assert set(SHARED_FAMILIES) <= set(families)
+    documented = (REPO_ROOT / "docs" / "metrics.md").read_text()
+    assert all(f"retrieval_monitor_{name}" in documented for name in SHARED_FAMILIES)

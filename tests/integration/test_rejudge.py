@@ -89,7 +89,7 @@ def test_rejudge_stops_or_waits_when_a_budget_is_spent(settings: Settings) -> No
         session.add(event)
         session.commit()
     budget = Budget(rt.redis, settings)
-    held = budget.reserve("shop", "m", 100, 0)
+    held = budget.reserve("default", "shop", "m", 100, 0)
     assert isinstance(held, Reservation)
 
     sender = Celery(broker=settings.redis_url, set_as_current=False)
@@ -103,7 +103,7 @@ def test_rejudge_stops_or_waits_when_a_budget_is_spent(settings: Settings) -> No
 
     def window_resets(seconds: float) -> None:
         pauses.append(seconds)
-        for key in budget.keys("shop", time.time()):
+        for key in budget.keys("default", "shop", time.time()):
             rt.redis.delete(key)
 
     waited = Rejudge(rt, sender, sleep=window_resets).run(plan(), progress=False)

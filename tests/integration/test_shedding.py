@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -13,9 +14,9 @@ from service.runtime import Runtime
 from service.settings import Settings
 from service.spend.shedding import shed_backlog
 from service.store.models import Event
-from tests.conftest import WorkerFactory, wait_for
+from tests.conftest import WorkerFactory, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
-from tests.helpers import make_event
+from tests.helpers import make_event, make_key
 
 REPEAT = "the same words said twice over in one list of passages for the prompt"
 
@@ -95,3 +96,23 @@ def test_a_worker_judges_the_rest_and_leaves_shed_events_alone(
     assert body["status"] == "skipped"
     assert all(state[i] == ("skipped", "shed") for i in ids[:7])
     assert all(state[i][0] == "judged" for i in [*ids[7:], "gold-0", "gold-1", "urgent"])
+
+
+def test_a_tenants_flood_sheds_its_own_events_only(
+    tmp_path: Path, store_url: str, redis_url: str
+) -> None:
+    settings = make_settings(tmp_path, store_url, redis_url, auth_required=True, shed_max_pending=4)
+    with TestClient(create_app(settings)) as client:
+        acme, globex = make_key(settings, "acme"), make_key(settings, "globex")
+        quiet = [make_event(f"acme-{i}", n=3, query=f"acme {i}") for i in range(3)]
+        flood = [make_event(f"globex-{i}", n=3, query=f"globex {i}") for i in range(10)]
+        for key, events in ((acme, quiet), (globex, flood)):
+            headers = {"Authorization": f"Bearer {key}"}
+            answer = client.post("/v1/events/batch", json={"events": events}, headers=headers)
+            assert answer.status_code == 200
+        # acme's events came first and are the oldest; only globex is over the bound.
+        assert shed_backlog(Runtime(settings)) == 6
+    state = skip_reasons(settings)
+    assert all(state[f"acme-{i}"] == ("pending", None) for i in range(3))
+    assert all(state[f"globex-{i}"] == ("skipped", "shed") for i in range(6))
+    assert all(state[f"globex-{i}"] == ("pending", None) for i in range(6, 10))
