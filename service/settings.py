@@ -263,15 +263,16 @@ class Settings(BaseSettings):
     )
     budget_overrides: dict[str, dict[str, float]] = Field(
         default_factory=dict,
-        description="Budgets of the default tenant's apps (events sent without keys) replacing "
-        'the four above, JSON: {"support-bot": {"tokens_per_hour": 200000, "dollars_per_day": '
-        "5}} (missing keys keep the default). Every tenant's app has a budget of its own.",
+        description="Budgets by app name replacing the four above, JSON: "
+        '{"support-bot": {"tokens_per_hour": 200000, "dollars_per_day": 5}} (missing keys keep '
+        "the default). They set the limits of that app name in every tenant; each tenant's app "
+        "spends a budget of its own under them.",
     )
     budget_tenant_overrides: dict[str, dict[str, dict[str, float]]] = Field(
         default_factory=dict,
         description="Budgets of any tenant's apps replacing the four above, JSON by tenant then "
-        'app: {"acme": {"support-bot": {"dollars_per_day": 5}}}; for the default tenant they '
-        "win over budget_overrides.",
+        'app: {"acme": {"support-bot": {"dollars_per_day": 5}}}; they win over '
+        "budget_overrides.",
     )
     budget_policy: Literal["wait", "skip"] = Field(
         "wait",

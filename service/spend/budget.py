@@ -83,11 +83,10 @@ class Limits:
 
 
 def overrides_for(tenant: str, app: str, settings: Settings) -> dict[str, float]:
-    """The overridden windows of a tenant's app: ``budget_tenant_overrides[tenant][app]``, and
-    for the default tenant ``budget_overrides[app]`` under it (the older form, kept)."""
-    chosen: dict[str, float] = {}
-    if tenant == DEFAULT_TENANT:
-        chosen.update(settings.budget_overrides.get(app, {}))
+    """The overridden windows of a tenant's app: ``budget_tenant_overrides[tenant][app]`` over
+    ``budget_overrides[app]``, the per-app form, which sets the limits of that app name in every
+    tenant (each tenant still spends its own budget under them)."""
+    chosen: dict[str, float] = dict(settings.budget_overrides.get(app, {}))
     chosen.update(settings.budget_tenant_overrides.get(tenant, {}).get(app, {}))
     return chosen
 

@@ -267,7 +267,10 @@ def test_budget_gauges_report_what_is_left_per_tenant_app_and_capped_window(
 
 
 def test_tenants_sharing_an_app_name_spend_budgets_of_their_own(redis_url: str) -> None:
-    settings = budget_settings(budget_overrides={"bot": {"tokens_per_hour": 7}})
+    settings = budget_settings(
+        budget_overrides={"quiet": {"tokens_per_hour": 7}},
+        budget_tenant_overrides={"globex": {"quiet": {"tokens_per_hour": 9}}},
+    )
     budget = Budget(redis.Redis.from_url(redis_url), settings)
     while isinstance(budget.reserve("acme", "bot", "m", 1000, 0, now=NOW), Reservation):
         pass
@@ -275,8 +278,11 @@ def test_tenants_sharing_an_app_name_spend_budgets_of_their_own(redis_url: str) 
     # Another tenant's "bot" is untouched: nothing spent, nothing refused.
     assert budget.spent("globex", "bot", now=NOW)["tokens_per_hour"] == 0
     assert isinstance(budget.reserve("globex", "bot", "m", 1000, 0, now=NOW), Reservation)
-    # The older per-app override names the default tenant's app only.
-    assert limits_for("default", "bot", settings).tokens_per_hour == 7
+    # The per-app override sets the limits of that app name in every tenant, and a tenant's own
+    # override wins over it.
+    assert limits_for("default", "quiet", settings).tokens_per_hour == 7
+    assert limits_for("acme", "quiet", settings).tokens_per_hour == 7
+    assert limits_for("globex", "quiet", settings).tokens_per_hour == 9
     assert limits_for("acme", "bot", settings).tokens_per_hour == LIMIT
     # Names with the key's separator and glob characters cannot collide or leak into a scan.
     assert budget.keys("a:b", "c", NOW) != budget.keys("a", "b:c", NOW)
