@@ -35,12 +35,15 @@ class QueueState:
     calibration: list[JudgeCalibration]
     agreement: Agreement
 
-    def next_for(self, after_pk: int | None = None) -> SampleCandidate | None:
-        """The first event of the sample this labeller has not labelled (after ``after_pk``)."""
+    def next_for(
+        self, after_pk: int | None = None, skip: int | None = None
+    ) -> SampleCandidate | None:
+        """The first event of the sample this labeller has not labelled, looking from the one
+        after ``after_pk`` round to the start; ``skip``: one to pass over (being labelled)."""
         pks = [c.pk for c in self.sample]
         start = pks.index(after_pk) + 1 if after_pk in pks else 0
         for candidate in self.sample[start:] + self.sample[:start]:
-            if candidate.pk not in self.mine:
+            if candidate.pk not in self.mine and candidate.pk != skip:
                 return candidate
         return None
 

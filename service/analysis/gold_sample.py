@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from itertools import zip_longest
+from typing import TypeVar
 
 from service.store.gold import SampleCandidate
+
+Stratum = TypeVar("Stratum", bound=Hashable)
 
 
 def normalised(query: str) -> str:
@@ -28,7 +31,7 @@ def sample_key(seed: int, event_id: str) -> str:
     return hashlib.sha256(f"{seed}\x00{event_id}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def allocate(sizes: dict[tuple[str, str], int], target: int) -> dict[tuple[str, str], int]:
+def allocate(sizes: Mapping[Stratum, int], target: int) -> dict[Stratum, int]:
     """``target`` shared in proportion to ``sizes`` by largest remainders, never above a size."""
     total = sum(sizes.values())
     if total == 0 or target <= 0:
@@ -37,7 +40,7 @@ def allocate(sizes: dict[tuple[str, str], int], target: int) -> dict[tuple[str, 
         return dict(sizes)
     exact = {name: target * size / total for name, size in sizes.items()}
     shares = {name: int(value) for name, value in exact.items()}
-    order = sorted(sizes, key=lambda name: (-(exact[name] - shares[name]), -sizes[name], name))
+    order = sorted(sizes, key=lambda name: (-(exact[name] - shares[name]), -sizes[name], str(name)))
     for name in order[: target - sum(shares.values())]:
         shares[name] += 1
     return shares

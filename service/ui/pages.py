@@ -34,7 +34,7 @@ from service.ui.render import MISS_CAUSE_TITLES, render
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 STATIC = Path(__file__).resolve().parent / "static"
-STATIC_FILES = {"ui.css": "text/css", "ui.js": "text/javascript"}
+STATIC_FILES = {"ui.css": "text/css", "ui.js": "text/javascript", "label.js": "text/javascript"}
 MAX_LOGIN_BODY = 4096
 
 # Everything from this origin only; inline scripts and styles are refused, so a passage that

@@ -386,3 +386,123 @@ def test_docs_screenshots(
     for name in ("overview.png", "miss-detail.png"):
         assert_screenshot(tmp_path / name)
         shutil.copyfile(tmp_path / name, target / name)
+
+
+def label_by_keys(page: Page, *keys: str, miss: bool = False) -> str:
+    """Press ``keys`` on the labelling page, then Enter; the id of the event labelled. A miss
+    stays on the page, asking for its cause; anything else moves to the next event."""
+    event_id = page.locator("#event-id").inner_text()
+    for key in keys:
+        page.keyboard.press(key)
+    before = page.url
+    page.keyboard.press("Enter")
+    if miss:
+        page.locator("#label-status", has_text="A miss").wait_for(timeout=10_000)
+        assert page.locator("#cause-step").is_visible()
+    else:
+        page.wait_for_url(lambda url: url != before)
+        assert page.locator("#cause-step").is_hidden()
+    return event_id
+
+
+def figure(page: Page, name: str) -> str:
+    return page.locator(f'tr[data-figure="{name}"] td.value').inner_text()
+
+
+def test_labelling_queue_by_keyboard(
+    browser: Browser, tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    """Log in, label three events with the keyboard alone (a hit, a miss whose cause is tagged
+    on the way, a question the corpus cannot answer), watch the figures move, then see a second
+    labeller's disagreement in the agreement line."""
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url, auth_required=True)
+    keys = {}
+    engine = make_engine(sqlite_url)
+    with session_scope(engine) as session:
+        for name in ("ann", "bob"):
+            keys[name] = new_key()
+            add_key(session, "acme", key_hash(keys[name]), name, False, datetime.now(UTC))
+        session.commit()
+    engine.dispose()
+    bearer = {"Authorization": f"Bearer {keys['ann']}"}
+    with UiServer(settings) as server:
+        for i in range(6):
+            event = make_event(f"ask-{i}", n=4, k=2, query=f"question {i}", response=f"answer {i}")
+            answer = httpx.post(f"{server.url}/v1/events", json=event, headers=bearer)
+            assert answer.status_code == 202
+
+        watched = Watched(browser, server.url)
+        page = watched.page
+        page.goto(f"{server.url}/ui/label?seed=3&target=6")
+        page.wait_for_url(re.compile(r"/ui/login\?next="))
+        page.fill("#key", keys["ann"])
+        page.press("#key", "Enter")
+        page.wait_for_url(re.compile(r"/ui/label\?since=.*until=.*seed=3&target=6"))
+        sample_url = page.url
+        assert page.locator("#labelled-count").inner_text() == "0"
+        assert page.locator("table.figures").count() == 0
+        assert page.locator("label.passage.pick").count() == 4
+        assert page.locator("p.cut").count() == 1  # the prompt's cut after k = 2
+        queue_png = tmp_path / "label-queue.png"
+        page.screenshot(path=str(queue_png), full_page=True)
+        assert_screenshot(queue_png)
+
+        # 1. Passage 1 answers, the response is right: a hit. The page moves on by itself.
+        hit = label_by_keys(page, "1", "y")
+        assert page.locator("#labelled-count").inner_text() == "1"
+        assert figure(page, "ceiling") == "1"
+        assert figure(page, "conversion") == "1"
+
+        # 2. Passage 3, below the cut, answers; the response is wrong: a miss, tagged at once.
+        missed = label_by_keys(page, "3", "w", miss=True)
+        page.keyboard.press("1")
+        before = page.url
+        page.keyboard.press("Enter")
+        page.wait_for_url(lambda url: url != before)
+        assert page.locator("#labelled-count").inner_text() == "2"
+        assert figure(page, "ceiling") == "0.500"
+        assert figure(page, "observed") == "0.500"
+        assert figure(page, "conversion") == "1"
+
+        # 3. Toggling a passage twice leaves it unmarked; x: nothing in the corpus answers it.
+        nowhere = label_by_keys(page, "2", "2", "x")
+        assert page.locator("#labelled-count").inner_text() == "3"
+        assert page.locator('[data-outcome="not_in_corpus"]').inner_text() == "not in corpus: 1"
+        assert figure(page, "ceiling") == "0.500"  # no gold question added
+
+        def gold_of(event_id: str) -> dict[str, object]:
+            body = httpx.get(f"{server.url}/v1/events/{event_id}/gold", headers=bearer).json()
+            assert isinstance(body, dict)
+            return body
+
+        assert gold_of(hit)["gold_passage_ids"] == ["d1"]
+        assert gold_of(hit)["answer_correct"] is True
+        assert gold_of(missed)["gold_passage_ids"] == ["d3"]
+        assert gold_of(nowhere)["status"] == "single"
+        assert gold_of(nowhere)["gold_passage_ids"] is None
+        for event_id, cause in ((missed, "vocabulary_mismatch"), (nowhere, "not_in_corpus")):
+            recorded = httpx.get(f"{server.url}/v1/events/{event_id}/miss-cause", headers=bearer)
+            assert recorded.json()["cause"] == cause
+
+        # A second labeller agrees on the hit and marks another passage for the miss.
+        other = {"Authorization": f"Bearer {keys['bob']}"}
+        for event_id, passages in ((hit, ["d1"]), (missed, ["d4"])):
+            answer = httpx.post(
+                f"{server.url}/v1/events/{event_id}/gold",
+                json={"passage_ids": passages},
+                headers=other,
+            )
+            assert answer.status_code == 200
+        page.goto(sample_url)
+        # Decisions on 8 passages: the hit agrees on all 4; the miss agrees on d1, d2, and
+        # differs on d3, d4. Table [[1, 1], [1, 5]]: p_o = 6/8, p_e = (2/8)^2 + (6/8)^2 = 40/64,
+        # kappa = (48 - 40) / (64 - 40) = 1/3.
+        assert page.locator("#kappa").inner_text() == "0.333"
+        assert "disagreements: 1," in page.locator("section.progress").inner_text()
+        assert figure(page, "ceiling") == "1"  # the disagreed miss left the gold set
+        figures_png = tmp_path / "label-figures.png"
+        page.screenshot(path=str(figures_png), full_page=True)
+        assert_screenshot(figures_png)
+        watched.check_clean()
+        watched.close()
