@@ -111,8 +111,8 @@ def label_page(request: Request, state: StateDep, caller: PageCaller) -> Respons
     address, absolute, errors = _address(request)
     if not absolute and not errors:
         # Pin the window so the address keeps naming the same sample.
-        event = request.query_params.get("event")
-        pinned = address.query(event=event) if event else address.query()
+        asked = request.query_params.get("event")
+        pinned = address.query(event=asked) if asked else address.query()
         return RedirectResponse(f"/ui/label?{pinned}", status_code=status.HTTP_303_SEE_OTHER)
     labeller = caller.labeller or ANONYMOUS_LABELLER
     window = EventWindow(
