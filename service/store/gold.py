@@ -180,3 +180,14 @@ def labelled_event_pks(session: Session, conditions: Sequence[ColumnElement[bool
         select(col(Event.id)).where(*conditions, has_label()).order_by(col(Event.id))
     ).all()
     return [int(row[0]) for row in rows]
+
+
+def labelled_tenants(session: Session, conditions: Sequence[ColumnElement[bool]]) -> list[str]:
+    """The tenants with labelled events matching ``conditions``."""
+    rows = session.execute(
+        select(col(Event.tenant))
+        .where(*conditions, has_label())
+        .distinct()
+        .order_by(col(Event.tenant))
+    ).all()
+    return [str(row[0]) for row in rows]

@@ -4,6 +4,7 @@ bad input refused with a 4xx, and the analysis taking labels as it takes gold se
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,29 @@ def test_analysis_takes_labels_as_gold(tmp_path: Path, store_url: str, redis_url
     # The judge (grade 3 on rank 1 only) against the labels: it finds every rank-1 gold.
     (calibration,) = after["calibration"]
     assert calibration["confusion"]["true_positive"] == 8
+
+
+def test_labeller_kappa_on_metrics(tmp_path: Path, store_url: str, redis_url: str) -> None:
+    """Two labellers on two events of four passages: they agree on q1 (d1), and on q2 one marks
+    d1, the other d2: table [[1, 1], [1, 5]], kappa 1/3, one disagreement."""
+    settings = make_settings(tmp_path, store_url, redis_url)
+    with TestClient(ui_app(settings)) as client:
+        for event_id in ("q1", "q2"):
+            body = make_event(event_id, n=4, query=f"question {event_id}")
+            assert client.post("/v1/events", json=body).status_code == 202
+        for event_id, ann, bob in (("q1", "d1", "d1"), ("q2", "d1", "d2")):
+            for who, passage in (("ann", ann), ("bob", bob)):
+                body = {"passage_ids": [passage], "labeller": who}
+                assert client.post(f"/v1/events/{event_id}/gold", json=body).status_code == 200
+        text = client.get("/metrics").text
+        agreement = client.get("/v1/gold/agreement").json()
+    kappa = re.search(
+        r'^retrieval_monitor_gold_labeller_kappa\{tenant="default"\} (\S+)$', text, re.M
+    )
+    assert kappa is not None, text[-2000:]
+    assert float(kappa.group(1)) == pytest.approx(1 / 3)
+    assert 'retrieval_monitor_gold_labeller_disagreements{tenant="default"} 1.0' in text
+    (pair,) = agreement["pairs"]
+    assert (pair["first"], pair["second"]) == ("name:ann", "name:bob")
+    assert pair["table"] == [[1, 1], [1, 5]]
+    assert agreement["pooled"]["kappa"] == pytest.approx(1 / 3)

@@ -34,6 +34,9 @@ COMPUTED = [
     "retrieval_monitor_judge_gold_precision",
     "retrieval_monitor_judge_gold_recall",
     "retrieval_monitor_judge_gold_passages",
+    "retrieval_monitor_gold_labeller_kappa",
+    "retrieval_monitor_gold_labeller_shared_events",
+    "retrieval_monitor_gold_labeller_disagreements",
     "retrieval_monitor_judge_budget_remaining",
 ]
 
