@@ -18,7 +18,8 @@ A ratio that cannot be computed (e.g. precision of a judge that never said "rele
 sample rather than a made-up 0, and a judge without gold events in the window has no series.
 The figures come from the database, so every replica reports the same ones. They pool every
 tenant's gold events by default: agreement with gold is a property of the judge.
-``CachedCalibrationGauges`` is the ``Collector`` the ``/metrics`` page registers for them.
+``CachedCalibrationGauges`` and ``CachedAgreementGauges`` are the ``Collector``s the ``/metrics``
+page registers for them.
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ class CachedCalibrationGauges(Collector):
         self._families: list[Metric] = []
 
     def describe(self) -> list[Metric]:
-        return gauge_families(()) + agreement_families({})
+        return gauge_families(())
 
     def collect(self) -> list[Metric]:
         with self._lock:
@@ -218,9 +219,35 @@ class CachedCalibrationGauges(Collector):
                     with session_scope(self.engine) as session:
                         self._families = calibration_gauges(
                             session, window=self.window, tenant=self.tenant
-                        ) + agreement_families(labeller_agreements(session))
+                        )
                 except SQLAlchemyError:
                     # A failed read must not fail the whole scrape: keep the last figures and
                     # try again after the ttl.
                     log.warning("judge calibration gauges not refreshed", exc_info=True)
+            return list(self._families)
+
+
+class CachedAgreementGauges(Collector):
+    """The labellers' agreement gauges (``AGREEMENT_GAUGES``), recomputed at most every
+    ``ttl_seconds``, like the judge's."""
+
+    def __init__(self, engine: Engine, *, ttl_seconds: float = 60.0) -> None:
+        self.engine = engine
+        self.ttl_seconds = ttl_seconds
+        self._lock = threading.Lock()
+        self._expires = 0.0
+        self._families: list[Metric] = []
+
+    def describe(self) -> list[Metric]:
+        return agreement_families({})
+
+    def collect(self) -> list[Metric]:
+        with self._lock:
+            if time.monotonic() >= self._expires:
+                self._expires = time.monotonic() + self.ttl_seconds
+                try:
+                    with session_scope(self.engine) as session:
+                        self._families = agreement_families(labeller_agreements(session))
+                except SQLAlchemyError:
+                    log.warning("labeller agreement gauges not refreshed", exc_info=True)
             return list(self._families)

@@ -14,7 +14,7 @@ import re
 import shutil
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -407,6 +407,10 @@ def label_by_keys(page: Page, *keys: str, miss: bool = False) -> str:
     return event_id
 
 
+def moved_from(seen: str) -> Callable[[str], bool]:
+    return lambda url: url != seen
+
+
 def figure(page: Page, name: str) -> str:
     return page.locator(f'tr[data-figure="{name}"] td.value').inner_text()
 
@@ -611,7 +615,7 @@ def test_gold_set_on_scifact_screenshots(
             if len(labelled) == 50:
                 page.wait_for_load_state()
                 break
-            page.wait_for_url(lambda url, seen=before: url != seen)
+            page.wait_for_url(moved_from(before))
             if len(labelled) == 10:
                 page.screenshot(path=str(tmp_path / "label-figures-10.png"), full_page=True)
         # A second person redoes ten through the API, and differs on two.
