@@ -118,10 +118,13 @@ def _event(row: Sequence[Any]) -> AnalysisEvent:
     )
 
 
-def with_labels(session: Session, events: list[AnalysisEvent]) -> list[AnalysisEvent]:
-    """The events with the gold people marked after the fact merged in (``service.store.gold``
-    gives the rule): gold sent with an event and gold added later feed the same analysis."""
-    labels = gold_store.labels_of(session, [e.pk for e in events])
+def with_labels(
+    session: Session, window: EventWindow, events: list[AnalysisEvent]
+) -> list[AnalysisEvent]:
+    """The window's events with the gold people marked after the fact merged in
+    (``service.store.gold`` gives the rule): gold sent with an event and gold added later feed
+    the same analysis."""
+    labels = gold_store.labels_in(session, window.conditions()) if events else {}
     if not labels:
         return events
     out = []
@@ -150,7 +153,7 @@ def events_in_window(session: Session, window: EventWindow) -> tuple[list[Analys
     truncated = window.max_events is not None and len(rows) > window.max_events
     if truncated:
         rows = rows[: window.max_events]
-    return with_labels(session, [_event(row) for row in rows]), truncated
+    return with_labels(session, window, [_event(row) for row in rows]), truncated
 
 
 def gold_events_in_window(session: Session, window: EventWindow) -> list[AnalysisEvent]:
@@ -169,7 +172,8 @@ def gold_events_in_window(session: Session, window: EventWindow) -> list[Analysi
         )
         .limit(window.max_events)
     ).all()
-    return [event for event in with_labels(session, list(map(_event, rows))) if event.has_gold]
+    merged = with_labels(session, window, list(map(_event, rows)))
+    return [event for event in merged if event.has_gold]
 
 
 def judges_in_window(session: Session, window: EventWindow) -> list[JudgeCount]:

@@ -110,6 +110,19 @@ def _chunks(keys: Sequence[int]) -> Iterator[list[int]]:
         yield list(keys[start : start + CHUNK])
 
 
+def _row(label: GoldLabel) -> LabelRow:
+    return LabelRow(
+        event_pk=label.event_pk,
+        labeller=label.labeller,
+        labeller_name=label.labeller_name,
+        outcome=label.outcome,
+        passage_ids=tuple(label.passage_ids or ()),
+        missing_text=label.missing_text,
+        answer_correct=label.answer_correct,
+        labelled_at=label.labelled_at,
+    )
+
+
 def labels_of(session: Session, event_pks: Sequence[int]) -> dict[int, list[LabelRow]]:
     """Every label of the given events, per event, in the order they were first written."""
     out: dict[int, list[LabelRow]] = defaultdict(list)
@@ -118,18 +131,24 @@ def labels_of(session: Session, event_pks: Sequence[int]) -> dict[int, list[Labe
             select(GoldLabel).where(col(GoldLabel.event_pk).in_(chunk)).order_by(col(GoldLabel.id))
         ).scalars()
         for label in rows:
-            out[label.event_pk].append(
-                LabelRow(
-                    event_pk=label.event_pk,
-                    labeller=label.labeller,
-                    labeller_name=label.labeller_name,
-                    outcome=label.outcome,
-                    passage_ids=tuple(label.passage_ids or ()),
-                    missing_text=label.missing_text,
-                    answer_correct=label.answer_correct,
-                    labelled_at=label.labelled_at,
-                )
-            )
+            out[label.event_pk].append(_row(label))
+    return dict(out)
+
+
+def labels_in(
+    session: Session, conditions: Sequence[ColumnElement[bool]]
+) -> dict[int, list[LabelRow]]:
+    """Every label of the events matching ``conditions`` (a window), in one query: a window of
+    many events needs no list of their keys."""
+    out: dict[int, list[LabelRow]] = defaultdict(list)
+    rows = session.execute(
+        select(GoldLabel)
+        .join(Event, col(Event.id) == col(GoldLabel.event_pk))
+        .where(*conditions)
+        .order_by(col(GoldLabel.id))
+    ).scalars()
+    for label in rows:
+        out[label.event_pk].append(_row(label))
     return dict(out)
 
 
