@@ -118,6 +118,11 @@ def test_missed_passage_and_causes(api: TestClient, keyed: Settings) -> None:
         "/v1/events/q1/miss-cause", json={"cause": "vocabulary_mismatch"}, headers=bearer(key)
     )
     assert cause.status_code == 200, cause.text
+    # The miss's page shows the marked passage as its gold, not sent with the event.
+    page = api.get("/ui/misses/q1", headers=bearer(key)).text
+    assert "Gold: did not reach the prompt" in page
+    assert f"<code>{derived}</code>" in page
+    assert "not among the 4 passages the retriever sent" in page
     # "Not in the corpus" is recorded as the miss's cause at once.
     post_gold(api, key, "q2", outcome="not_in_corpus")
     recorded = api.get("/v1/events/q2/miss-cause", headers=bearer(key)).json()

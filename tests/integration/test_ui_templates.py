@@ -107,7 +107,7 @@ def seed(client: TestClient, engine: Engine, key: str) -> None:
     cause = {"cause": "other", "note": "the corpus has an older version"}
     recorded = client.put(f"/v1/events/{CLASSIFIED_MISS}/miss-cause", json=cause, headers=bearer)
     assert recorded.status_code == 200
-    for event_id, gold in ((JUDGED, {"passage_ids": ["d1"]}), (PENDING, {"outcome": "ambiguous"})):
+    for event_id, gold in ((JUDGED, {"passage_ids": ["d1"]}), (PENDING, {"passage_ids": ["d1"]})):
         marked = client.post(f"/v1/events/{event_id}/gold", json=gold, headers=bearer)
         assert marked.status_code == 200
 
