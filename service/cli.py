@@ -20,6 +20,7 @@ from pathlib import Path
 from service import logs
 from service.analysis.calibrate_cli import add_calibrate_command
 from service.analysis.cli import add_analyze_command
+from service.replay.gold_export import add_gold_command
 from service.replay.rejudge import add_rejudge_command
 from service.settings import Settings, get_settings
 
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_analyze_command(sub)
     add_rejudge_command(sub)
     add_calibrate_command(sub)
+    add_gold_command(sub)
 
     show = sub.add_parser("settings", help="print every setting with its value and description")
     show.set_defaults(handler=cmd_settings)

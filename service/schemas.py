@@ -315,3 +315,75 @@ class EventView(BaseModel):
     response_grade: int | None
     answer_correct: bool | None
     failure_reason: str | None
+
+
+# --- gold marked after the fact -----------------------------------------------------------------
+GoldOutcomeName = Literal["answered", "not_retrieved", "not_in_corpus", "ambiguous"]
+MAX_GOLD_PASSAGES = 200
+MAX_LABELLER_CHARS = 100
+
+
+class MissingPassageIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: PassageId | None = Field(None, description="The answering passage's id in your corpus.")
+    text: str | None = Field(None, min_length=1, description="Its text, when it has no id.")
+
+    @model_validator(mode="after")
+    def id_or_text(self) -> MissingPassageIn:
+        if self.id is None and self.text is None:
+            raise ValueError("give the passage's id or its text")
+        return self
+
+
+class GoldIn(StorableBody):
+    """What a person concluded about an event: the passages that answer its query, or that
+    no passage it was sent does."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: GoldOutcomeName = Field(
+        "answered",
+        description="answered: passage_ids (among those sent) answer it; not_retrieved: a "
+        "passage that was not sent does (missing_passage); not_in_corpus; ambiguous.",
+    )
+    passage_ids: list[PassageId] = Field(
+        default_factory=list, max_length=MAX_GOLD_PASSAGES, description="For answered."
+    )
+    missing_passage: MissingPassageIn | None = Field(None, description="For not_retrieved.")
+    answer_correct: bool | None = Field(None, description="Whether the response was correct.")
+    labeller: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_LABELLER_CHARS,
+        description="Who labelled, when the service needs no API key (with keys, the key is).",
+    )
+
+    @model_validator(mode="after")
+    def fits_the_outcome(self) -> GoldIn:
+        if self.outcome == "answered" and not self.passage_ids:
+            raise ValueError("outcome answered needs passage_ids: the passages that answer")
+        if self.outcome != "answered" and self.passage_ids:
+            raise ValueError(f"outcome {self.outcome} marks no sent passage: drop passage_ids")
+        if (self.outcome == "not_retrieved") != (self.missing_passage is not None):
+            raise ValueError("missing_passage goes with outcome not_retrieved, and only with it")
+        return self
+
+
+class GoldLabelView(BaseModel):
+    event_id: str
+    labeller: str
+    labeller_name: str
+    outcome: GoldOutcomeName
+    passage_ids: list[str]
+    missing_text: str | None
+    answer_correct: bool | None
+    labelled_at: datetime
+
+
+class EventGoldView(BaseModel):
+    event_id: str
+    labels: list[GoldLabelView]
+    status: Literal["unlabelled", "single", "agreed", "disagreed"]
+    gold_passage_ids: list[str] | None = Field(description="The gold the analysis uses.")
+    answer_correct: bool | None

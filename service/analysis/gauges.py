@@ -8,12 +8,20 @@ recent window:
 - retrieval_monitor_judge_gold_recall: share of retrieved gold passages the judge found (0-1)
 - retrieval_monitor_judge_gold_passages: labelled passages of gold events behind the figures
 
+And the people who mark gold against each other (label: tenant, over the events of the last
+``AGREEMENT_WINDOW`` that two people or more labelled in the pages or through the gold API):
+- retrieval_monitor_gold_labeller_kappa: pooled Cohen's kappa of their (event, passage) decisions
+- retrieval_monitor_gold_labeller_shared_events: events labelled by two people or more
+- retrieval_monitor_gold_labeller_disagreements: of those, the ones they disagree on (left out of
+  the gold set)
+
 A ratio that cannot be computed (e.g. precision of a judge that never said "relevant") has no
 sample rather than a made-up 0, and a judge without gold events in the window has no series.
 The figures come from the database, so every replica reports the same ones. They are computed
 per tenant: the judge is shared, but the gold labels are a tenant's own data, so a tenant sending
 wrong gold labels moves its own agreement series (and its own drift alert), never another's.
-``CachedCalibrationGauges`` is the ``Collector`` the ``/metrics`` page registers for them.
+``CachedCalibrationGauges`` and ``CachedAgreementGauges`` are the ``Collector``s the ``/metrics``
+page registers for them.
 """
 
 from __future__ import annotations
@@ -32,9 +40,12 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
+from service.analysis.agreement import Agreement
 from service.analysis.calibration import JudgeCalibration, calibrate
 from service.analysis.dataset import label_pairs
+from service.analysis.gold_queue import window_agreement
 from service.store import analysis as repo
+from service.store import gold as gold_store
 from service.store.analysis import EventWindow
 from service.store.engine import session_scope
 from service.store.events import utcnow
@@ -46,6 +57,8 @@ LABELS = ("tenant", "judge", "prompt_version")
 DEFAULT_WINDOW = timedelta(hours=24)
 # Enough for a day of gold traffic; a gold set is hand-made and small.
 MAX_GOLD_EVENTS = 20_000
+# People label events days after they arrive; their agreement is read over a longer window.
+AGREEMENT_WINDOW = timedelta(days=30)
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,60 @@ GAUGES: tuple[GaugeFamily, ...] = (
         lambda c: float(c.passages),
     ),
 )
+
+
+@dataclass(frozen=True)
+class AgreementGauge:
+    name: str
+    help: str
+    value: Callable[[Agreement], float]
+
+    @property
+    def full_name(self) -> str:
+        return f"{NAMESPACE}_{self.name}"
+
+
+AGREEMENT_GAUGES: tuple[AgreementGauge, ...] = (
+    AgreementGauge(
+        "gold_labeller_kappa",
+        "Cohen's kappa between the people labelling gold, over passages of events two labelled.",
+        lambda a: a.pooled.kappa,
+    ),
+    AgreementGauge(
+        "gold_labeller_shared_events",
+        "Events labelled by two people or more, behind the labellers' kappa.",
+        lambda a: float(a.shared_events),
+    ),
+    AgreementGauge(
+        "gold_labeller_disagreements",
+        "Events labelled by two people or more who disagree; left out of the gold set.",
+        lambda a: float(a.disagreed),
+    ),
+)
+
+
+def labeller_agreements(
+    session: Session, *, window: timedelta = AGREEMENT_WINDOW, now: datetime | None = None
+) -> dict[str, Agreement]:
+    """Per tenant with labelled events in the window, its labellers' agreement."""
+    end = now or utcnow()
+    every = EventWindow(end - window, end, tenant=None)
+    return {
+        tenant: window_agreement(session, EventWindow(end - window, end, tenant=tenant))
+        for tenant in gold_store.labelled_tenants(session, every.conditions())
+    }
+
+
+def agreement_families(agreements: dict[str, Agreement]) -> list[Metric]:
+    families: list[Metric] = []
+    for gauge in AGREEMENT_GAUGES:
+        family = GaugeMetricFamily(gauge.full_name, gauge.help, labels=["tenant"])
+        for tenant, found in sorted(agreements.items()):
+            value = gauge.value(found)
+            if found.shared_events and not math.isnan(value):
+                family.add_metric([tenant], value)
+        families.append(family)
+    return families
 
 
 def recent_calibration(
@@ -171,4 +238,30 @@ class CachedCalibrationGauges(Collector):
                     # A failed read must not fail the whole scrape: keep the last figures and
                     # try again after the ttl.
                     log.warning("judge calibration gauges not refreshed", exc_info=True)
+            return list(self._families)
+
+
+class CachedAgreementGauges(Collector):
+    """The labellers' agreement gauges (``AGREEMENT_GAUGES``), recomputed at most every
+    ``ttl_seconds``, like the judge's."""
+
+    def __init__(self, engine: Engine, *, ttl_seconds: float = 60.0) -> None:
+        self.engine = engine
+        self.ttl_seconds = ttl_seconds
+        self._lock = threading.Lock()
+        self._expires = 0.0
+        self._families: list[Metric] = []
+
+    def describe(self) -> list[Metric]:
+        return agreement_families({})
+
+    def collect(self) -> list[Metric]:
+        with self._lock:
+            if time.monotonic() >= self._expires:
+                self._expires = time.monotonic() + self.ttl_seconds
+                try:
+                    with session_scope(self.engine) as session:
+                        self._families = agreement_families(labeller_agreements(session))
+                except SQLAlchemyError:
+                    log.warning("labeller agreement gauges not refreshed", exc_info=True)
             return list(self._families)

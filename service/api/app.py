@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from service.api import analysis, calibration, events, health, otlp
+from service.api import analysis, calibration, events, gold, health, otlp
 from service.api.auth_gate import TENANT_STATE, AuthGateMiddleware
 from service.api.body_limit import BodyLimitMiddleware, InflightBudget
 from service.api.docs import add_docs
@@ -85,6 +85,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(otlp.router)
     app.include_router(analysis.router)
     app.include_router(calibration.router)
+    app.include_router(gold.router)
     app.include_router(health.router)
     app.include_router(ui_router)
 

@@ -50,6 +50,13 @@ def announce_revocation(redis: Redis) -> None:
 class Principal:
     tenant: str
     is_admin: bool = False
+    # The key that called (None without keys): who labelled, on gold marked by people.
+    key_id: int | None = None
+    key_name: str = ""
+
+    @property
+    def labeller(self) -> str | None:
+        return None if self.key_id is None else f"key:{self.key_id}"
 
 
 ANONYMOUS = Principal(DEFAULT_TENANT, is_admin=False)
@@ -77,7 +84,7 @@ class KeyStore:
         with session_scope(self.engine) as session:
             record = keys_repository.active_key(session, digest)
         found = (
-            Principal(record.tenant, record.is_admin)
+            Principal(record.tenant, record.is_admin, record.key_id, record.name)
             if record is not None and hmac.compare_digest(record.key_hash, digest)
             else None
         )

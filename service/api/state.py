@@ -7,7 +7,7 @@ from functools import partial
 
 from fastapi import Request
 
-from service.analysis.gauges import CachedCalibrationGauges
+from service.analysis.gauges import CachedAgreementGauges, CachedCalibrationGauges
 from service.api.keys import KeyStore
 from service.api.scrape_token import read_scrape_token
 from service.api.sessions import SessionStore
@@ -44,6 +44,7 @@ class AppState:
             collectors=(
                 PipelineGauges(partial(read_pipeline_state, runtime)),
                 CachedCalibrationGauges(runtime.engine),
+                CachedAgreementGauges(runtime.engine),
                 BudgetGauges(runtime.redis, runtime.settings),
             ),
             before_scrape=partial(rebuild_if_lost, runtime),

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, String, cast, func, select
+from sqlalchemy import Select, String, and_, cast, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session, col
 
+from service.store import gold as gold_store
 from service.store.models import Event, JudgeRun, Judgment, Passage, Score
 
 CHUNK = 900
@@ -117,6 +118,32 @@ def _event(row: Sequence[Any]) -> AnalysisEvent:
     )
 
 
+def with_labels(
+    session: Session, window: EventWindow, events: list[AnalysisEvent]
+) -> list[AnalysisEvent]:
+    """The window's events with the gold people marked after the fact merged in
+    (``service.store.gold`` gives the rule): gold sent with an event and gold added later feed
+    the same analysis."""
+    labels = gold_store.labels_in(session, window.conditions()) if events else {}
+    if not labels:
+        return events
+    out = []
+    for event in events:
+        mine = labels.get(event.pk)
+        if not mine:
+            out.append(event)
+            continue
+        agreed = gold_store.consensus(event.gold_passage_ids, event.answer_correct, mine)
+        out.append(
+            replace(
+                event,
+                gold_passage_ids=agreed.gold_passage_ids,
+                answer_correct=agreed.answer_correct,
+            )
+        )
+    return out
+
+
 def events_in_window(session: Session, window: EventWindow) -> tuple[list[AnalysisEvent], bool]:
     """The window's events, most recent first, and whether ``max_events`` cut some off."""
     statement = _event_query(window)
@@ -126,20 +153,27 @@ def events_in_window(session: Session, window: EventWindow) -> tuple[list[Analys
     truncated = window.max_events is not None and len(rows) > window.max_events
     if truncated:
         rows = rows[: window.max_events]
-    return [_event(row) for row in rows], truncated
+    return with_labels(session, window, [_event(row) for row in rows]), truncated
 
 
 def gold_events_in_window(session: Session, window: EventWindow) -> list[AnalysisEvent]:
-    """Only the window's events that carry gold ids (at most ``max_events``, most recent)."""
+    """Only the window's events that carry gold ids, sent with them or marked later (at most
+    ``max_events``, most recent)."""
     # JSON None is stored as the JSON text null; casting to text compares the same way on
     # SQLite and PostgreSQL (whose json type has no equality operator).
     as_text = cast(col(Event.gold_passage_ids), String)
     rows = session.execute(
         _event_query(window)
-        .where(col(Event.gold_passage_ids).is_not(None), as_text.not_in(["null", "[]"]))
+        .where(
+            or_(
+                and_(col(Event.gold_passage_ids).is_not(None), as_text.not_in(["null", "[]"])),
+                gold_store.has_label(),
+            )
+        )
         .limit(window.max_events)
     ).all()
-    return [event for event in map(_event, rows) if event.has_gold]
+    merged = with_labels(session, window, list(map(_event, rows)))
+    return [event for event in merged if event.has_gold]
 
 
 def gold_tenants_in_window(session: Session, window: EventWindow) -> list[str]:

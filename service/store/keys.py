@@ -16,15 +16,21 @@ class KeyRecord:
     tenant: str
     key_hash: str
     is_admin: bool
+    key_id: int | None = None
+    name: str = ""
 
 
 def active_key(session: Session, key_hash: str) -> KeyRecord | None:
     row = session.execute(
-        select(col(ApiKey.tenant), col(ApiKey.key_hash), col(ApiKey.is_admin)).where(
-            col(ApiKey.key_hash) == key_hash, col(ApiKey.revoked_at).is_(None)
-        )
+        select(
+            col(ApiKey.tenant),
+            col(ApiKey.key_hash),
+            col(ApiKey.is_admin),
+            col(ApiKey.id),
+            col(ApiKey.name),
+        ).where(col(ApiKey.key_hash) == key_hash, col(ApiKey.revoked_at).is_(None))
     ).first()
-    return KeyRecord(row[0], row[1], bool(row[2])) if row else None
+    return KeyRecord(row[0], row[1], bool(row[2]), row[3], row[4] or "") if row else None
 
 
 def add_key(

@@ -228,3 +228,37 @@ class MissCause(SQLModel, table=True):
     cause: str = Field(max_length=32)
     note: str | None = Field(default=None, sa_column=Column(Text))
     recorded_at: datetime
+
+
+# --- gold marked by people after the fact (written by the gold API and the labelling page) ------
+class GoldOutcome(StrEnum):
+    """What a labeller concluded about an event's question."""
+
+    ANSWERED = "answered"  # these passages (among the ones sent) answer it
+    NOT_RETRIEVED = "not_retrieved"  # a passage that was not sent answers it (its id or text)
+    NOT_IN_CORPUS = "not_in_corpus"  # nothing in the corpus answers it
+    AMBIGUOUS = "ambiguous"  # the question is underspecified: no single answer to mark
+
+
+class GoldLabel(SQLModel, table=True):
+    """One labeller's gold for one event; labelling the event again replaces the row.
+
+    ``passage_ids``: the answering passages (for ``not_retrieved`` the one that was not sent,
+    its own id or an id derived from ``missing_text`` as ingest derives one); empty for the
+    outcomes that mark no passage.
+    """
+
+    __tablename__ = "gold_labels"
+    __table_args__ = (
+        UniqueConstraint("event_pk", "labeller", name="uq_gold_labels_event_labeller"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    event_pk: int = Field(foreign_key="events.id", index=True)
+    labeller: str = Field(max_length=200)
+    labeller_name: str = Field(default="", max_length=200)
+    outcome: str = Field(max_length=32)
+    passage_ids: list[str] = Field(sa_column=Column(JSON, nullable=False))
+    missing_text: str | None = Field(default=None, sa_column=Column(Text))
+    answer_correct: bool | None = None
+    labelled_at: datetime

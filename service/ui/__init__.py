@@ -5,7 +5,10 @@
 reads the query string, ``views`` shapes rows for the templates, ``render`` and ``charts`` draw
 them, ``auth`` says who is reading (a key or the login cookie).
 
-May import: ``service.store``, ``service.measures``, ``service.telemetry`` and the API's shared
-parts (``service.api.deps``, ``service.api.state``, ``service.api.auth``, ``service.api.keys``).
+The labelling queue (``label_page``) shows the analysis's figures of the labelled sample.
+
+May import: ``service.store``, ``service.measures``, ``service.telemetry``, ``service.analysis``
+and the API's shared parts (``service.api.deps``, ``service.api.state``, ``service.api.auth``,
+``service.api.keys``).
 This file imports nothing, so ``service.api.deps`` can take the UI's key checks from ``auth``.
 """

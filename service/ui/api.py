@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
 
 from service.api.deps import StateDep, UiCaller
 from service.store import events as event_store
+from service.store import gold as gold_store
 from service.store.engine import session_scope
 from service.store.models import Event, MissCause, MissCauseKind
 from service.ui import queries as page_store
@@ -40,7 +41,7 @@ def put_miss_cause(
         event = event_store.find_event(session, caller.tenant, event_id)
         if event is None or event.id is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r}")
-        if not page_store.is_gold_miss(session, event.id):
+        if not page_store.is_gold_miss(session, event.id) and not labelled_miss(session, event):
             raise HTTPException(
                 status.HTTP_422_UNPROCESSABLE_CONTENT,
                 detail=f"event {event_id!r} is not a gold miss: it has no gold passage ids, or "
@@ -51,6 +52,20 @@ def put_miss_cause(
         )
         session.commit()
     return _view(event, cause)
+
+
+def labelled_miss(session: Any, event: Event) -> bool:
+    """The gold people marked (``service.store.gold``) missed the prompt, or says nothing in the
+    corpus answers: a miss whose cause is worth recording."""
+    assert event.id is not None
+    labels = gold_store.labels_of(session, [event.id]).get(event.id, [])
+    agreed = gold_store.consensus(None, None, labels)
+    if agreed.outcome in gold_store.WITHOUT_GOLD:
+        return True
+    if not agreed.gold_passage_ids:
+        return False
+    prompt = [p.passage_id for p in event_store.stored_event(session, event).passages][: event.k]
+    return not set(agreed.gold_passage_ids) & set(prompt)
 
 
 @router.get("/v1/events/{event_id}/miss-cause", response_model=MissCauseView, responses={404: {}})

@@ -6,11 +6,13 @@ from this service (no fonts or scripts from elsewhere), so they work air-gapped.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from sqlmodel import Session
 
 from service.api.deps import PageCaller, StateDep
 from service.api.keys import key_hash
@@ -18,9 +20,11 @@ from service.api.sessions import COOKIE_NAME
 from service.api.state import app_state
 from service.measures.catalogue import LISTED, MEASURE_NAMES
 from service.store import events as event_store
+from service.store import gold as gold_store
 from service.store.engine import session_scope
 from service.ui import queries as page_store
 from service.ui import views
+from service.ui.api import labelled_miss
 from service.ui.auth import (
     COOKIE_MAX_AGE_SECONDS,
     UI_HEADER,
@@ -34,7 +38,7 @@ from service.ui.render import MISS_CAUSE_TITLES, render
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 STATIC = Path(__file__).resolve().parent / "static"
-STATIC_FILES = {"ui.css": "text/css", "ui.js": "text/javascript"}
+STATIC_FILES = {"ui.css": "text/css", "ui.js": "text/javascript", "label.js": "text/javascript"}
 MAX_LOGIN_BODY = 4096
 
 # Everything from this origin only; inline scripts and styles are refused, so a passage that
@@ -109,8 +113,8 @@ def event_page(event_id: str, request: Request, state: StateDep, caller: PageCal
         event = event_store.find_event(session, caller.tenant, event_id)
         if event is None or event.id is None:
             return _not_found(request, event_id)
-        stored = event_store.stored_event(session, event)
-        is_miss = page_store.is_gold_miss(session, event.id)
+        stored = with_label_gold(session, event_store.stored_event(session, event))
+        is_miss = page_store.is_gold_miss(session, event.id) or labelled_miss(session, event)
         cause = page_store.find_cause(session, event.id)
     return _page(
         request,
@@ -158,8 +162,8 @@ def miss_page(event_id: str, request: Request, state: StateDep, caller: PageCall
         event = event_store.find_event(session, caller.tenant, event_id)
         if event is None or event.id is None:
             return _not_found(request, event_id)
-        stored = event_store.stored_event(session, event)
-        is_miss = page_store.is_gold_miss(session, event.id)
+        stored = with_label_gold(session, event_store.stored_event(session, event))
+        is_miss = page_store.is_gold_miss(session, event.id) or labelled_miss(session, event)
         cause = page_store.find_cause(session, event.id)
         following = page_store.next_unclassified_miss(session, caller.tenant, chosen, event.id)
     rows = views.passage_rows(stored)
@@ -180,6 +184,24 @@ def miss_page(event_id: str, request: Request, state: StateDep, caller: PageCall
         following=following,
         list_query=chosen.query_string(page=1, cause=None),
     )
+
+
+def with_label_gold(session: Session, stored: event_store.StoredEvent) -> event_store.StoredEvent:
+    """The event as the analysis sees it: with the gold people marked later, when they did
+    (``service.store.gold`` gives the rule), in place of the gold it was sent with."""
+    event = stored.event
+    assert event.id is not None
+    labels = gold_store.labels_of(session, [event.id]).get(event.id)
+    if not labels:
+        return stored
+    agreed = gold_store.consensus(event.gold_passage_ids, event.answer_correct, labels)
+    shown = event.model_copy(
+        update={
+            "gold_passage_ids": agreed.gold_passage_ids,
+            "answer_correct": agreed.answer_correct,
+        }
+    )
+    return replace(stored, event=shown)
 
 
 def _not_found(request: Request, event_id: str) -> Response:

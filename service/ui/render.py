@@ -6,6 +6,7 @@ name fails the render rather than showing as a blank.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,7 +68,7 @@ def highlight(text: str, terms: frozenset[str]) -> Markup:
 
 
 def number(value: float | None, digits: int = 3) -> str:
-    if value is None:
+    if value is None or math.isnan(value):
         return "—"
     if float(value).is_integer() and abs(value) < 1e9:
         return str(int(value))

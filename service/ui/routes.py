@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.ui import api, pages
+from service.ui import api, label_page, pages
 
 router = APIRouter()
 router.include_router(pages.router)
 router.include_router(api.router)
+router.include_router(label_page.router)

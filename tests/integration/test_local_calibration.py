@@ -28,6 +28,7 @@ from service.runtime import Runtime
 from service.schemas import EventIn
 from service.settings import Settings
 from service.store import events as event_store
+from service.store import gold as gold_store
 from service.store import judging as judging_store
 from service.store.engine import session_scope
 from service.store.judging import JudgeIdentity, JudgingResult
@@ -42,8 +43,11 @@ LOCAL = JudgeIdentity("local-minilm-l6-v2", "local-minilm-l6-v2", "sim-v1@0.1,0.
 PASSAGES = 5  # one gold passage and four others per query
 
 
-def plant(settings: Settings, queries: int, tenant: str = "default") -> None:
-    """Gold events judged by the local judge, gold similarity in [0.7, 0.9), others [0.2, 0.5)."""
+def plant(
+    settings: Settings, queries: int, tenant: str = "default", *, labelled: bool = False
+) -> None:
+    """Gold events judged by the local judge, gold similarity in [0.7, 0.9), others [0.2, 0.5).
+    ``labelled``: the events arrive without gold, and a person marks it afterwards."""
     upgrade(settings.database_url)
     rng = random.Random(queries)
     runtime = Runtime(settings)
@@ -58,13 +62,27 @@ def plant(settings: Settings, queries: int, tenant: str = "default") -> None:
                     "query": f"question {q}",
                     "k": 3,
                     "passages": [{"id": pid, "text": f"text {pid}"} for pid in ids],
-                    "gold_passage_ids": [gold],
+                    **({} if labelled else {"gold_passage_ids": [gold]}),
                 }
             )
             (inserted,) = event_store.insert_events(
                 session, tenant, [(f"{tenant}-e{q}", event)], event_store.utcnow()
             )
             assert inserted.pk is not None
+            if labelled:
+                gold_store.save_label(
+                    session,
+                    gold_store.LabelRow(
+                        inserted.pk,
+                        "name:ann",
+                        "ann",
+                        "answered",
+                        (gold,),
+                        None,
+                        None,
+                        event_store.utcnow(),
+                    ),
+                )
             loaded = judging_store.load_for_judging(session, inserted.pk)
             assert loaded is not None
             similarities = [
@@ -168,6 +186,15 @@ def test_the_api_reports_held_out_agreement_and_applies_on_request(
     again = api.get("/v1/calibration/local-judge", params={"since": "1d"}).json()
     assert again["current_thresholds"] == row.thresholds
     runtime.engine.dispose()
+
+
+def test_gold_marked_after_the_fact_calibrates_the_same(
+    api: TestClient, calibration_settings: Settings
+) -> None:
+    plant(calibration_settings, 30, labelled=True)
+    report = api.get("/v1/calibration/local-judge", params={"since": "1d"})
+    assert report.status_code == 200, report.text
+    check_report(report.json(), 30)
 
 
 def test_too_few_gold_queries_are_refused_with_the_number_needed(

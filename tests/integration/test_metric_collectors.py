@@ -13,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from service.analysis.gauges import CachedCalibrationGauges
+from service.analysis.gauges import CachedAgreementGauges, CachedCalibrationGauges
 from service.api.app import create_app
 from service.settings import Settings
 from service.spend.budget import Budget, BudgetGauges, Reservation
@@ -36,6 +36,9 @@ COMPUTED = [
     "retrieval_monitor_judge_gold_precision",
     "retrieval_monitor_judge_gold_recall",
     "retrieval_monitor_judge_gold_passages",
+    "retrieval_monitor_gold_labeller_kappa",
+    "retrieval_monitor_gold_labeller_shared_events",
+    "retrieval_monitor_gold_labeller_disagreements",
     "retrieval_monitor_judge_budget_remaining",
 ]
 
@@ -67,10 +70,13 @@ def test_each_collector_describes_what_it_collects(
     held = Budget(redis.Redis.from_url(redis_url), capped).reserve("default", "bot", "m", 100, 0)
     assert isinstance(held, Reservation)
     engine = make_engine(settings.database_url)
-    collectors: list[PipelineGauges | CachedCalibrationGauges | BudgetGauges] = [
+    collectors: list[
+        PipelineGauges | CachedCalibrationGauges | CachedAgreementGauges | BudgetGauges
+    ] = [
         PipelineGauges(lambda: STATE),
         CachedCalibrationGauges(engine),
         BudgetGauges(redis.Redis.from_url(redis_url), capped),
+        CachedAgreementGauges(engine),
     ]
     try:
         for collector in collectors:

@@ -9,11 +9,12 @@ larger workload judged by the local judge and writes the screenshots the documen
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +27,7 @@ from service.api.keys import key_hash, new_key
 from service.api.sessions import COOKIE_NAME
 from service.embedded import free_port
 from service.replay.beir import load_beir
-from service.replay.replay import ReplayConfig, ReplayReport, run_replay
+from service.replay.replay import ReplayConfig, ReplayReport, replay_event_id, run_replay
 from service.replay.workload import generate_workload
 from service.settings import Settings
 from service.store.engine import make_engine, session_scope
@@ -35,6 +36,7 @@ from service.store.migrate import upgrade
 from tests.conftest import WorkerFactory, http_ok, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event, ui_app
+from tests.paths import shared_data_dir
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -386,3 +388,260 @@ def test_docs_screenshots(
     for name in ("overview.png", "miss-detail.png"):
         assert_screenshot(tmp_path / name)
         shutil.copyfile(tmp_path / name, target / name)
+
+
+def label_by_keys(page: Page, *keys: str, miss: bool = False) -> str:
+    """Press ``keys`` on the labelling page, then Enter; the id of the event labelled. A miss
+    stays on the page, asking for its cause; anything else moves to the next event."""
+    event_id = page.locator("#event-id").inner_text()
+    for key in keys:
+        page.keyboard.press(key)
+    before = page.url
+    page.keyboard.press("Enter")
+    if miss:
+        page.locator("#label-status", has_text="A miss").wait_for(timeout=10_000)
+        assert page.locator("#cause-step").is_visible()
+    else:
+        page.wait_for_url(lambda url: url != before)
+        assert page.locator("#cause-step").is_hidden()
+    return event_id
+
+
+def moved_from(seen: str) -> Callable[[str], bool]:
+    return lambda url: url != seen
+
+
+def figure(page: Page, name: str) -> str:
+    return page.locator(f'tr[data-figure="{name}"] td.value').inner_text()
+
+
+def test_labelling_queue_by_keyboard(
+    browser: Browser, tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    """Log in, label three events with the keyboard alone (a hit, a miss whose cause is tagged
+    on the way, a question the corpus cannot answer), watch the figures move, then see a second
+    labeller's disagreement in the agreement line."""
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url, auth_required=True)
+    keys = {}
+    engine = make_engine(sqlite_url)
+    with session_scope(engine) as session:
+        for name in ("ann", "bob"):
+            keys[name] = new_key()
+            add_key(session, "acme", key_hash(keys[name]), name, False, datetime.now(UTC))
+        session.commit()
+    engine.dispose()
+    bearer = {"Authorization": f"Bearer {keys['ann']}"}
+    with UiServer(settings) as server:
+        for i in range(6):
+            event = make_event(f"ask-{i}", n=4, k=2, query=f"question {i}", response=f"answer {i}")
+            answer = httpx.post(f"{server.url}/v1/events", json=event, headers=bearer)
+            assert answer.status_code == 202
+
+        watched = Watched(browser, server.url)
+        page = watched.page
+        page.goto(f"{server.url}/ui/label?seed=3&target=6")
+        page.wait_for_url(re.compile(r"/ui/login\?next="))
+        page.fill("#key", keys["ann"])
+        page.press("#key", "Enter")
+        page.wait_for_url(re.compile(r"/ui/label\?since=.*until=.*seed=3&target=6"))
+        sample_url = page.url
+        assert page.locator("#labelled-count").inner_text() == "0"
+        assert page.locator("table.figures").count() == 0
+        assert page.locator("label.passage.pick").count() == 4
+        assert page.locator("p.cut").count() == 1  # the prompt's cut after k = 2
+        queue_png = tmp_path / "label-queue.png"
+        page.screenshot(path=str(queue_png), full_page=True)
+        assert_screenshot(queue_png)
+
+        # 1. Passage 1 answers, the response is right: a hit. The page moves on by itself.
+        hit = label_by_keys(page, "1", "y")
+        assert page.locator("#labelled-count").inner_text() == "1"
+        assert figure(page, "ceiling") == "1"
+        assert figure(page, "conversion") == "1"
+
+        # 2. Passage 3, below the cut, answers; the response is wrong: a miss, tagged at once.
+        missed = label_by_keys(page, "3", "w", miss=True)
+        page.keyboard.press("1")
+        before = page.url
+        page.keyboard.press("Enter")
+        page.wait_for_url(lambda url: url != before)
+        assert page.locator("#labelled-count").inner_text() == "2"
+        assert figure(page, "ceiling") == "0.500"
+        assert figure(page, "observed") == "0.500"
+        assert figure(page, "conversion") == "1"
+
+        # 3. Toggling a passage twice leaves it unmarked; x: nothing in the corpus answers it.
+        nowhere = label_by_keys(page, "2", "2", "x")
+        assert page.locator("#labelled-count").inner_text() == "3"
+        assert page.locator('[data-outcome="not_in_corpus"]').inner_text() == "not in corpus: 1"
+        assert figure(page, "ceiling") == "0.500"  # no gold question added
+
+        def gold_of(event_id: str) -> dict[str, object]:
+            body = httpx.get(f"{server.url}/v1/events/{event_id}/gold", headers=bearer).json()
+            assert isinstance(body, dict)
+            return body
+
+        assert gold_of(hit)["gold_passage_ids"] == ["d1"]
+        assert gold_of(hit)["answer_correct"] is True
+        assert gold_of(missed)["gold_passage_ids"] == ["d3"]
+        assert gold_of(nowhere)["status"] == "single"
+        assert gold_of(nowhere)["gold_passage_ids"] is None
+        for event_id, cause in ((missed, "vocabulary_mismatch"), (nowhere, "not_in_corpus")):
+            recorded = httpx.get(f"{server.url}/v1/events/{event_id}/miss-cause", headers=bearer)
+            assert recorded.json()["cause"] == cause
+
+        # A second labeller agrees on the hit and marks another passage for the miss.
+        other = {"Authorization": f"Bearer {keys['bob']}"}
+        for event_id, passages in ((hit, ["d1"]), (missed, ["d4"])):
+            answer = httpx.post(
+                f"{server.url}/v1/events/{event_id}/gold",
+                json={"passage_ids": passages},
+                headers=other,
+            )
+            assert answer.status_code == 200
+        page.goto(sample_url)
+        # Decisions on 8 passages: the hit agrees on all 4; the miss agrees on d1, d2, and
+        # differs on d3, d4. Table [[1, 1], [1, 5]]: p_o = 6/8, p_e = (2/8)^2 + (6/8)^2 = 40/64,
+        # kappa = (48 - 40) / (64 - 40) = 1/3.
+        assert page.locator("#kappa").inner_text() == "0.333"
+        assert "disagreements: 1," in page.locator("section.progress").inner_text()
+        assert figure(page, "ceiling") == "1"  # the disagreed miss left the gold set
+        figures_png = tmp_path / "label-figures.png"
+        page.screenshot(path=str(figures_png), full_page=True)
+        assert_screenshot(figures_png)
+        watched.check_clean()
+        watched.close()
+
+
+@pytest.mark.skipif(
+    not os.environ.get("RM_UI_SCREENSHOTS_DIR"), reason="set RM_UI_SCREENSHOTS_DIR to write them"
+)
+def test_gold_set_on_scifact_screenshots(
+    browser: Browser,
+    tmp_path: Path,
+    sqlite_url: str,
+    redis_url: str,
+    fake_llm: FakeLLM,
+    worker_factory: WorkerFactory,
+) -> None:
+    """A SciFact sample replayed without gold, judged by the test judge, then fifty events
+    labelled on /ui/label by keyboard, the person's marks taken from SciFact's qrels; a second
+    labeller redoes ten of them through the API. Screenshots of the queue and the figures.
+
+    The replay carries no response, so the correctness the person gives is a stand-in: "right"
+    for three in four questions whose gold reached the prompt and one in five of the others,
+    drawn with a fixed seed."""
+    scifact = shared_data_dir() / "scifact"
+    if not scifact.is_dir():
+        pytest.skip(f"SciFact is not at {scifact}")
+    target = Path(os.environ["RM_UI_SCREENSHOTS_DIR"])
+    target.mkdir(parents=True, exist_ok=True)
+    upgrade(sqlite_url)
+    settings = make_settings(
+        tmp_path, sqlite_url, redis_url, judge_base_url=fake_llm.base_url, judge_model="fake"
+    )
+    worker_factory(settings).start()
+    dataset = load_beir(scifact)
+    gold_texts = {
+        dataset.corpus[doc].full_text
+        for judged in dataset.qrels.values()
+        for doc, relevance in judged.items()
+        if relevance > 0 and doc in dataset.corpus
+    }
+    # The judge: gold passages relevant, the rest not, with a few mistakes either way.
+    rng = random.Random(5)
+    labels: dict[tuple[str | None, str | None], int] = {
+        (None, text): 3 if rng.random() > 0.1 else 1 for text in gold_texts
+    }
+    fake_llm.set_labels(labels, default_grade=1)
+    app, k, queries = "scifact", 5, 80
+    with UiServer(settings) as server:
+        report = run_replay(
+            ReplayConfig(
+                base_url=server.url,
+                dataset=scifact,
+                k=k,
+                rate=0,
+                limit=queries,
+                app=app,
+                retriever="bm25",
+                progress=False,
+            )
+        )
+        assert report.accepted == queries
+
+        def all_judged() -> bool:
+            with httpx.Client(base_url=server.url, timeout=10) as client:
+                return all(
+                    client.get(f"/v1/events/{event_id}").json()["status"] == "judged"
+                    for event_id in report.event_ids
+                )
+
+        wait_for(all_judged, timeout=120, interval=0.5)
+        query_of = {replay_event_id(app, q, 7): q for q in dataset.queries}
+
+        watched = Watched(browser, server.url)
+        page = watched.page
+        page.goto(f"{server.url}/ui/label?seed=1&target=50")
+        page.wait_for_url(re.compile(r"since=.*until="))
+        page.screenshot(path=str(tmp_path / "label-queue-scifact.png"), full_page=True)
+        verdicts = random.Random(11)
+        labelled: list[str] = []
+        for _ in range(50):
+            event_id = page.locator("#event-id").inner_text()
+            wanted = {d for d, r in dataset.qrels[query_of[event_id]].items() if r > 0}
+            sent = page.locator('input[name="passage"]').evaluate_all(
+                "boxes => boxes.map(b => b.value)"
+            )
+            keys = [str((i + 1) % 10) for i, doc in enumerate(sent) if doc in wanted]
+            in_prompt = any(doc in wanted for doc in sent[:k])
+            right = verdicts.random() < (0.75 if in_prompt else 0.2)
+            before = page.url
+            if keys:
+                for key in keys:
+                    page.keyboard.press(key)
+            else:
+                page.keyboard.press("m")
+                page.keyboard.type(sorted(wanted)[0])
+                page.keyboard.press("Escape")
+            page.keyboard.press("y" if right else "w")
+            page.keyboard.press("Enter")
+            if not in_prompt:
+                page.locator("#label-status", has_text="A miss").wait_for(timeout=10_000)
+                page.keyboard.press("1")
+                page.keyboard.press("Enter")
+            labelled.append(event_id)
+            if len(labelled) == 50:
+                page.wait_for_load_state()
+                break
+            page.wait_for_url(moved_from(before))
+            if len(labelled) == 10:
+                page.screenshot(path=str(tmp_path / "label-figures-10.png"), full_page=True)
+        # A second person redoes ten through the API, and differs on two.
+        for n, event_id in enumerate(labelled[:10]):
+            mine = httpx.get(f"{server.url}/v1/events/{event_id}/gold").json()["labels"][0]
+            body: dict[str, object] = {"labeller": "second", "outcome": mine["outcome"]}
+            if mine["outcome"] == "answered":
+                body["passage_ids"] = mine["passage_ids"]
+            else:
+                body["missing_passage"] = {"id": mine["passage_ids"][0]}
+            if n in (2, 7):
+                body = {"labeller": "second", "outcome": "ambiguous"}
+            answer = httpx.post(f"{server.url}/v1/events/{event_id}/gold", json=body)
+            assert answer.status_code == 200, answer.text
+        page.goto(page.url.split("&event=")[0])
+        assert page.locator("#labelled-count").inner_text() == "50"
+        page.screenshot(path=str(tmp_path / "label-figures-scifact.png"), full_page=True)
+        page.locator("section.progress").screenshot(path=str(tmp_path / "label-progress.png"))
+        watched.check_clean()
+        watched.close()
+    for name in (
+        "label-queue-scifact.png",
+        "label-figures-10.png",
+        "label-figures-scifact.png",
+        "label-progress.png",
+    ):
+        shutil.copyfile(tmp_path / name, target / name)
+    for name in ("label-queue-scifact.png", "label-figures-scifact.png"):
+        assert_screenshot(tmp_path / name)

@@ -107,6 +107,9 @@ def seed(client: TestClient, engine: Engine, key: str) -> None:
     cause = {"cause": "other", "note": "the corpus has an older version"}
     recorded = client.put(f"/v1/events/{CLASSIFIED_MISS}/miss-cause", json=cause, headers=bearer)
     assert recorded.status_code == 200
+    for event_id, gold in ((JUDGED, {"passage_ids": ["d1"]}), (PENDING, {"passage_ids": ["d1"]})):
+        marked = client.post(f"/v1/events/{event_id}/gold", json=gold, headers=bearer)
+        assert marked.status_code == 200
 
 
 def visit_every_page(tour: Tour, event_ids: list[str]) -> None:
@@ -122,6 +125,11 @@ def visit_every_page(tour: Tour, event_ids: list[str]) -> None:
     for event_id in event_ids:
         tour.page(f"/ui/events/{event_id}")
         tour.page(f"/ui/misses/{event_id}")
+    tour.page("/ui/label")
+    tour.page("/ui/label?seed=5&target=2&app=shop")
+    tour.page("/ui/label?since=nonsense&target=x")
+    for event_id in event_ids:
+        tour.page(f"/ui/label?event={event_id}")
     tour.page("/ui/events/no-such-event", status=404)
     tour.page("/ui/misses/no-such-event", status=404)
 

@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "ingest": {"store", "telemetry", "measures"},
     "spend": {"store", "telemetry"},
     "analysis": {"store", "measures"},
-    "ui": {"store", "measures", "telemetry", "api"},
+    "ui": {"store", "measures", "telemetry", "api", "analysis"},
     "replay": {"store", "spend", "analysis"},
     "api": STAGES,
 }

@@ -1,7 +1,7 @@
 """readable text: NUL and lone surrogates stored before the storable check become U+FFFD
 
 Revision ID: 0009
-Revises: 0005
+Revises: 0008
 Create Date: 2026-12-01 14:00:00.000000
 
 Older versions accepted a NUL or a lone surrogate in any text. PostgreSQL refuses both in text
@@ -23,7 +23,7 @@ from alembic import op
 from sqlalchemy.engine.interfaces import ReflectedColumn
 
 revision: str = "0009"
-down_revision: str | None = "0005"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

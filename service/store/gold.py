@@ -1,0 +1,212 @@
+"""Gold marked by people after the fact: one row per (event, labeller), and the rule that turns
+an event's rows (and the gold it was sent with) into the gold the analysis uses.
+
+The rule, in one place so that the analysis, the calibration, the labelling page and the export
+agree:
+
+- no label: the event's own ``gold_passage_ids`` and ``answer_correct`` stand;
+- labels: they replace the gold the event was sent with (people read the passages);
+  - every labeller gave the same outcome and the same passages: that is the gold (``answered``
+    and ``not_retrieved`` mark passages; ``not_in_corpus`` and ``ambiguous`` make the event no
+    gold question at all);
+  - they differ: the event is a disagreement and leaves the gold set. As the article says, two
+    people marking different passages means the question is underspecified; the honest answer
+    is to split it, not to pick a winner, so no label wins;
+  - correctness: the labellers' common verdict when every one who gave one agrees, none when
+    they differ, and the event's own feedback when no labeller gave one.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import exists, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.elements import ColumnElement
+from sqlmodel import Session, col
+
+from service.store.models import Event, GoldLabel, GoldOutcome, table
+
+CHUNK = 900
+MARKS_PASSAGES = frozenset({GoldOutcome.ANSWERED.value, GoldOutcome.NOT_RETRIEVED.value})
+WITHOUT_GOLD = frozenset({GoldOutcome.NOT_IN_CORPUS.value, GoldOutcome.AMBIGUOUS.value})
+
+
+@dataclass(frozen=True)
+class LabelRow:
+    event_pk: int
+    labeller: str
+    labeller_name: str
+    outcome: str
+    passage_ids: tuple[str, ...]
+    missing_text: str | None
+    answer_correct: bool | None
+    labelled_at: datetime
+
+    @property
+    def key(self) -> tuple[str, frozenset[str]]:
+        """What two labellers must share to agree."""
+        return self.outcome, frozenset(self.passage_ids)
+
+
+ConsensusStatus = Literal["unlabelled", "single", "agreed", "disagreed"]
+
+
+@dataclass(frozen=True)
+class Consensus:
+    status: ConsensusStatus
+    gold_passage_ids: list[str] | None
+    answer_correct: bool | None
+    outcome: str | None  # the agreed outcome; None unlabelled or disagreed
+
+
+def consensus(
+    sent_gold: Sequence[str] | None, sent_correct: bool | None, labels: Sequence[LabelRow]
+) -> Consensus:
+    """The gold the analysis uses for one event (the module docstring gives the rule)."""
+    if not labels:
+        return Consensus("unlabelled", list(sent_gold) if sent_gold else None, sent_correct, None)
+    verdicts = {label.answer_correct for label in labels if label.answer_correct is not None}
+    correct = sent_correct if not verdicts else (verdicts.pop() if len(verdicts) == 1 else None)
+    keys = {label.key for label in labels}
+    if len(keys) > 1:
+        return Consensus("disagreed", None, correct, None)
+    outcome, ids = next(iter(keys))
+    gold = sorted(ids) if outcome in MARKS_PASSAGES and ids else None
+    return Consensus("single" if len(labels) == 1 else "agreed", gold, correct, outcome)
+
+
+def save_label(session: Session, row: LabelRow) -> None:
+    """Store one labeller's gold for an event, replacing what that labeller said before. The
+    caller commits."""
+    values: dict[str, Any] = {
+        "event_pk": row.event_pk,
+        "labeller": row.labeller,
+        "labeller_name": row.labeller_name,
+        "outcome": row.outcome,
+        "passage_ids": list(row.passage_ids),
+        "missing_text": row.missing_text,
+        "answer_correct": row.answer_correct,
+        "labelled_at": row.labelled_at,
+    }
+    target = table(GoldLabel)
+    statement: Any
+    if session.get_bind().dialect.name == "postgresql":
+        statement = postgresql.insert(target).values(values)
+    else:
+        statement = sqlite.insert(target).values(values)
+    replaced = {k: v for k, v in values.items() if k not in ("event_pk", "labeller")}
+    session.execute(
+        statement.on_conflict_do_update(index_elements=["event_pk", "labeller"], set_=replaced)
+    )
+
+
+def _chunks(keys: Sequence[int]) -> Iterator[list[int]]:
+    for start in range(0, len(keys), CHUNK):
+        yield list(keys[start : start + CHUNK])
+
+
+def _row(label: GoldLabel) -> LabelRow:
+    return LabelRow(
+        event_pk=label.event_pk,
+        labeller=label.labeller,
+        labeller_name=label.labeller_name,
+        outcome=label.outcome,
+        passage_ids=tuple(label.passage_ids or ()),
+        missing_text=label.missing_text,
+        answer_correct=label.answer_correct,
+        labelled_at=label.labelled_at,
+    )
+
+
+def labels_of(session: Session, event_pks: Sequence[int]) -> dict[int, list[LabelRow]]:
+    """Every label of the given events, per event, in the order they were first written."""
+    out: dict[int, list[LabelRow]] = defaultdict(list)
+    for chunk in _chunks(list(event_pks)):
+        rows = session.execute(
+            select(GoldLabel).where(col(GoldLabel.event_pk).in_(chunk)).order_by(col(GoldLabel.id))
+        ).scalars()
+        for label in rows:
+            out[label.event_pk].append(_row(label))
+    return dict(out)
+
+
+def labels_in(
+    session: Session, conditions: Sequence[ColumnElement[bool]]
+) -> dict[int, list[LabelRow]]:
+    """Every label of the events matching ``conditions`` (a window), in one query: a window of
+    many events needs no list of their keys."""
+    out: dict[int, list[LabelRow]] = defaultdict(list)
+    rows = session.execute(
+        select(GoldLabel)
+        .join(Event, col(Event.id) == col(GoldLabel.event_pk))
+        .where(*conditions)
+        .order_by(col(GoldLabel.id))
+    ).scalars()
+    for label in rows:
+        out[label.event_pk].append(_row(label))
+    return dict(out)
+
+
+def has_label() -> ColumnElement[bool]:
+    """True for an event somebody labelled (a condition on ``events``)."""
+    return exists().where(col(GoldLabel.event_pk) == col(Event.id))
+
+
+@dataclass(frozen=True)
+class SampleCandidate:
+    pk: int
+    event_id: str
+    app: str
+    retriever: str
+    query: str
+
+
+def sample_candidates(
+    session: Session, conditions: Sequence[ColumnElement[bool]]
+) -> list[SampleCandidate]:
+    """Every event matching ``conditions`` (a window), as the sampler needs it."""
+    rows = session.execute(
+        select(
+            col(Event.id),
+            col(Event.event_id),
+            col(Event.app),
+            col(Event.retriever),
+            col(Event.query),
+        )
+        .where(*conditions)
+        .order_by(col(Event.id))
+    ).all()
+    return [SampleCandidate(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4])) for r in rows]
+
+
+def events_by_pk(session: Session, event_pks: Sequence[int]) -> Mapping[int, Event]:
+    out: dict[int, Event] = {}
+    for chunk in _chunks(list(event_pks)):
+        for event in session.execute(select(Event).where(col(Event.id).in_(chunk))).scalars():
+            if event.id is not None:
+                out[event.id] = event
+    return out
+
+
+def labelled_event_pks(session: Session, conditions: Sequence[ColumnElement[bool]]) -> list[int]:
+    """The events matching ``conditions`` (a window) that somebody labelled, oldest first."""
+    rows = session.execute(
+        select(col(Event.id)).where(*conditions, has_label()).order_by(col(Event.id))
+    ).all()
+    return [int(row[0]) for row in rows]
+
+
+def labelled_tenants(session: Session, conditions: Sequence[ColumnElement[bool]]) -> list[str]:
+    """The tenants with labelled events matching ``conditions``."""
+    rows = session.execute(
+        select(col(Event.tenant))
+        .where(*conditions, has_label())
+        .distinct()
+        .order_by(col(Event.tenant))
+    ).all()
+    return [str(row[0]) for row in rows]
