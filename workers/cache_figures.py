@@ -16,10 +16,10 @@ is saved / (saved + spent).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from service.spend.budget import estimate_prompt_tokens
 from service.store.judging import EventForJudging
 from service.telemetry.aggregates import Delta
 from workers.judge.base import VectorUse
@@ -100,5 +100,5 @@ def _calls(shape: CallShape, passages: int, rate_context: bool) -> int:
 def _tokens(shape: CallShape, query: str, texts: list[str], calls: int) -> int:
     if calls == 0:
         return 0
-    per_call = shape.prompt_overhead + math.ceil(len(query) / 4)
-    return calls * per_call + math.ceil(sum(len(t) for t in texts) / 4)
+    # Every call carries the query and the prompt's overhead; each passage goes once.
+    return estimate_prompt_tokens([query] * calls + texts, shape.prompt_overhead * calls)
