@@ -33,10 +33,14 @@ class Retrieval:
     k: int
 
 
-def reword(claim: str) -> str:
+# Ways to ask a claim again; each gives other query texts, so none shares a label with another.
+REWORDINGS = ("Is it true that {}?", "Does the evidence show that {}?")
+
+
+def reword(claim: str, style: int = 0) -> str:
     """The claim as a question: other words, the same need."""
     body = claim.strip().rstrip(".")
-    return f"Is it true that {body[:1].lower()}{body[1:]}?"
+    return REWORDINGS[style].format(f"{body[:1].lower()}{body[1:]}")
 
 
 def load_scifact(path: Path = SCIFACT) -> BeirDataset | None:
@@ -44,13 +48,14 @@ def load_scifact(path: Path = SCIFACT) -> BeirDataset | None:
 
 
 def bm25_retrievals(
-    dataset: BeirDataset, count: int, k: int, *, reworded: bool = False
+    dataset: BeirDataset, count: int, k: int, *, reworded: int | None = None
 ) -> list[Retrieval]:
-    """The first ``count`` claims (reworded or not) with BM25's top 2k passages each."""
+    """The first ``count`` claims (in rewording style ``reworded``, or as they are) with BM25's
+    top 2k passages each."""
     index = Bm25Index.build({doc_id: d.full_text for doc_id, d in dataset.corpus.items()})
     found = []
     for claim in list(dataset.queries.values())[:count]:
-        query = reword(claim) if reworded else claim
+        query = claim if reworded is None else reword(claim, reworded)
         hits = index.search(query, 2 * k)
         texts = tuple(dataset.corpus[doc_id].full_text for doc_id, _ in hits)
         found.append(Retrieval(query, texts, min(k, len(texts))))
