@@ -3,6 +3,8 @@ calls in flight at once), then measures, stored in one transaction, then exporte
 
 A slice costs a fixed number of round trips whatever its size: one query loads its events, one
 reads their cached labels, one transaction stores every score, one Redis pipeline exports them.
+Before the first call the judge is told everything the slice will ask (``Judge.prepare``): the
+local judge encodes it in one encoder call, reading the passage vectors other slices kept.
 
 Every step can run twice (a redelivered task, a crash between the commit and the export) without
 counting twice: the score row is unique per (event, judge, prompt version), and the export is
