@@ -16,6 +16,7 @@ is saved / (saved + spent).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,54 +48,49 @@ class CallShape:
 def cache_delta(
     judge: str, shape: CallShape, judged: Sequence[JudgedEvent], vectors: VectorUse | None
 ) -> Delta:
-    delta = Delta()
+    # Summed per tenant first: a slice is mostly one tenant, and each increment costs a lookup.
+    counts: Counter[tuple[str, str, str, str]] = Counter()  # (tenant, family, cache, result)
     vectors_used: set[str] = set()
     for one in judged:
-        event = one.event
-        who = {"tenant": event.tenant, "judge": judge}
+        event, tenant = one.event, one.event.tenant
         passages = len(event.passages)
-        _lookups(delta, who, "label", one.label_hits, passages - one.label_hits)
+        counts[tenant, "lookups", "label", "hit"] += one.label_hits
+        counts[tenant, "lookups", "label", "miss"] += passages - one.label_hits
         has_top_k = min(event.k, passages) > 0
         if has_top_k:
-            asked = int(one.rate_context)
-            _lookups(delta, who, "context", 1 - asked, asked)
+            counts[tenant, "lookups", "context", "miss" if one.rate_context else "hit"] += 1
         # Distinct texts: a passage repeated within an event is sent once.
         sent = {event.passages[i].content_hash: event.passages[i].text for i in one.sent}
-        sent_texts = list(sent.values())
-        all_texts = list({p.content_hash: p.text for p in event.passages}.values())
-        full_calls = _calls(shape, len(all_texts), has_top_k)
-        spent_calls = _calls(shape, len(sent_texts), one.rate_context)
-        if full_calls > spent_calls:
-            delta.inc("judge_calls_saved", who, full_calls - spent_calls)
-        if shape.counts_tokens:
-            saved = _tokens(shape, event.query, all_texts, full_calls) - _tokens(
-                shape, event.query, sent_texts, spent_calls
-            )
-            if saved > 0:
-                delta.inc("judge_tokens_saved", who, saved)
+        every = {p.content_hash: p.text for p in event.passages}
+        if len(sent) < len(every) or (has_top_k and not one.rate_context):
+            full_calls = _calls(shape, len(every), has_top_k)
+            spent_calls = _calls(shape, len(sent), one.rate_context and has_top_k)
+            counts[tenant, "calls_saved", "", ""] += max(0, full_calls - spent_calls)
+            if shape.counts_tokens:
+                full = _tokens(shape, event.query, list(every.values()), full_calls)
+                spent = _tokens(shape, event.query, list(sent.values()), spent_calls)
+                counts[tenant, "tokens_saved", "", ""] += max(0, full - spent)
         if vectors is not None:
-            hits = misses = 0
             for content_hash in sent:
-                if content_hash in vectors.encoded and content_hash not in vectors_used:
-                    misses += 1
-                else:
-                    hits += 1
+                first_use = content_hash in vectors.encoded and content_hash not in vectors_used
+                counts[tenant, "lookups", "vector", "miss" if first_use else "hit"] += 1
                 vectors_used.add(content_hash)
-            _lookups(delta, who, "vector", hits, misses)
+    delta = Delta()
+    for (tenant, family, cache, result), amount in counts.items():
+        if amount <= 0:
+            continue
+        who = {"tenant": tenant, "judge": judge}
+        if family == "lookups":
+            delta.inc("judge_cache_lookups", {**who, "cache": cache, "result": result}, amount)
+        else:
+            delta.inc(f"judge_{family}", who, amount)
     return delta
 
 
-def _lookups(delta: Delta, who: dict[str, str], cache: str, hits: int, misses: int) -> None:
-    if hits:
-        delta.inc("judge_cache_lookups", {**who, "cache": cache, "result": "hit"}, hits)
-    if misses:
-        delta.inc("judge_cache_lookups", {**who, "cache": cache, "result": "miss"}, misses)
-
-
 def _calls(shape: CallShape, passages: int, rate_context: bool) -> int:
-    if shape.per_passage:
-        return passages + int(rate_context)
-    return int(passages > 0 or rate_context)
+    if passages == 0:  # nothing to send: no call (the rating needs its top k sent)
+        return 0
+    return passages + int(rate_context) if shape.per_passage else 1
 
 
 def _tokens(shape: CallShape, query: str, texts: list[str], calls: int) -> int:

@@ -245,20 +245,22 @@ def _call_judge(runtime: Runtime, judge: Judge, work: list[_Work], calls: _Calls
     """
     # Everything the slice may ask, announced at once: the local judge encodes it in one call.
     # Later rounds only ask less (what an earlier round taught is cached by then).
-    first_plans = [
-        (item.event, plan_call(item.event, _cached_for(item, calls.known))) for item in work
-    ]
-    prepared = judge.prepare([_request(event, plan) for event, plan in first_plans if plan.send])
+    for item in work:
+        item.cached = _cached_for(item, calls.known)
+        item.plan = plan_call(item.event, item.cached)
+    prepared = judge.prepare([_request(item.event, item.plan) for item in work if item.plan.send])
     calls.vectors = prepared.vectors
     judge = prepared.judge
     pending = work
+    planned = True  # the first round's plans are made above
     while pending:
         claimed: set[tuple[str, str]] = set()
         this_round: list[_Work] = []
         deferred: list[_Work] = []
         for item in pending:
-            item.cached = _cached_for(item, calls.known)
-            item.plan = plan_call(item.event, item.cached)
+            if not planned:
+                item.cached = _cached_for(item, calls.known)
+                item.plan = plan_call(item.event, item.cached)
             passages = item.event.passages
             keys = {(item.query_hash, passages[i].content_hash) for i in item.plan.send}
             if item.plan.rate_context:
@@ -282,6 +284,7 @@ def _call_judge(runtime: Runtime, judge: Judge, work: list[_Work], calls: _Calls
             for item in refused:
                 calls.take(item, partial(_ask, runtime, judge, item), final=True)
         pending = deferred
+        planned = False
     return calls.finished
 
 
