@@ -485,6 +485,7 @@ def judge(config: MonitoringConfig) -> dict[str, Any]:
             unit="percentunit",
             bounds=(0, 1),
         ),
+        *_cache_panels(config, q),
         grafana.Row("Cost"),
         _timeseries(
             "Tokens per hour by kind",
@@ -572,6 +573,56 @@ def judge(config: MonitoringConfig) -> dict[str, Any]:
         items,
         judge_variable=True,
     )
+
+
+def _cache_panels(config: MonitoringConfig, q: Queries) -> list[Item]:
+    """What the judge's caches answered, and the share of calls and prompt tokens they saved,
+    for the selected tenants."""
+    selected = f'{config.selector}, tenant=~"$tenant", judge=~"$judge"'
+    lookups = f"{NS}_judge_cache_lookups_total"
+
+    def summed(labels: str, metric: str, matchers: str = "") -> str:
+        selector = "{" + selected + matchers + "}"
+        return f"sum by({labels}) ({q.rate(metric, selector)})"
+
+    def saved_share(saved: str, spent: str, spent_matchers: str = "") -> str:
+        kept = summed("judge", saved)
+        return f"{kept}\n/\n(({kept} + {summed('judge', spent, spent_matchers)}) > 0)"
+
+    hits = summed("judge, cache", lookups, ', result="hit"')
+    return [
+        _timeseries(
+            "Cache hit ratio by cache",
+            "label: grades held for the same query and passage text; context: ratings held for "
+            "the same query and top-k set; vector: passages the local judge did not encode again "
+            "(their vectors were kept in Redis, or encoded for an earlier event of the slice).",
+            [(f"{hits}\n/\n({summed('judge, cache', lookups)} > 0)", "{{judge}} {{cache}}")],
+            unit="percentunit",
+            bounds=(0, 1),
+        ),
+        _timeseries(
+            "Share of judge calls and prompt tokens the caches saved",
+            "Calls and prompt tokens the label cache and the known context ratings made "
+            "unnecessary, over those plus the ones spent (tokens saved are estimated as the "
+            "budget reserves them).",
+            [
+                (
+                    saved_share(f"{NS}_judge_calls_saved_total", f"{NS}_judge_app_calls_total"),
+                    "{{judge}} calls",
+                ),
+                (
+                    saved_share(
+                        f"{NS}_judge_tokens_saved_total",
+                        f"{NS}_judge_app_tokens_total",
+                        ', kind="prompt"',
+                    ),
+                    "{{judge}} prompt tokens",
+                ),
+            ],
+            unit="percentunit",
+            bounds=(0, 1),
+        ),
+    ]
 
 
 def pipeline(config: MonitoringConfig) -> dict[str, Any]:

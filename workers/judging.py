@@ -3,6 +3,8 @@ calls in flight at once), then measures, stored in one transaction, then exporte
 
 A slice costs a fixed number of round trips whatever its size: one query loads its events, one
 reads their cached labels, one transaction stores every score, one Redis pipeline exports them.
+Before the first call the judge is told everything the slice will ask (``Judge.prepare``): the
+local judge encodes it in one encoder call, reading the passage vectors other slices kept.
 
 Every step can run twice (a redelivered task, a crash between the commit and the export) without
 counting twice: the score row is unique per (event, judge, prompt version), and the export is
@@ -34,8 +36,9 @@ from service.store.judging import EventForJudging, JudgeIdentity, StoredScore
 from service.store.models import EventStatus
 from service.telemetry.aggregates import Delta
 from service.telemetry.score_export import ExportLabels, done_key, score_delta
+from workers.cache_figures import CallShape, JudgedEvent, cache_delta
 from workers.claims import EventClaims
-from workers.judge.base import Judge, JudgeReply, TransientJudgeError
+from workers.judge.base import Judge, JudgeReply, TransientJudgeError, VectorUse
 from workers.judge.prompt import JudgeRequest
 
 log = logging.getLogger(__name__)
@@ -163,8 +166,38 @@ def judge_events(
         (item.event, stored[item.event.pk], item.reply) for item in done if item.event.pk in stored
     ]
     exports.extend((event, score, None) for event, score in redelivered.values())
+    calls.spend.merge(
+        _cache_figures(runtime, judge, calls, [i for i in done if i.event.pk in stored])
+    )
     _export(runtime, who, exports, calls.spend)
     return result
+
+
+def _cache_figures(runtime: Runtime, judge: Judge, calls: _Calls, judged: list[_Work]) -> Delta:
+    shape = CallShape(
+        # The LLM judge's per-passage mode: a call per passage (the local judge has none).
+        per_passage=bool(getattr(judge, "per_passage", False)),
+        counts_tokens=calls.vectors is None,
+        prompt_overhead=runtime.settings.judge_prompt_token_overhead,
+    )
+    return cache_delta(
+        judge.identity.judge,
+        shape,
+        [
+            JudgedEvent(
+                item.event,
+                item.plan.send,
+                item.plan.rate_context,
+                label_hits=sum(
+                    p.content_hash in item.cached and p.content_hash not in sent
+                    for p in item.event.passages
+                ),
+            )
+            for item in judged
+            for sent in ({item.event.passages[i].content_hash for i in item.plan.send},)
+        ],
+        calls.vectors,
+    )
 
 
 @dataclass
@@ -175,6 +208,7 @@ class _Calls:
     result: SliceResult
     spend: Delta = field(default_factory=Delta)
     finished: list[_Work] = field(default_factory=list)
+    vectors: VectorUse | None = None  # where the local judge found the slice's vectors
 
     def take(
         self, item: _Work, answer: Callable[[], tuple[JudgeReply, Delta]], *, final: bool
@@ -207,14 +241,24 @@ def _call_judge(runtime: Runtime, judge: Judge, work: list[_Work], calls: _Calls
     the later one waits a round and finds it cached, exactly as if the slice ran one event at
     a time. The events come back with their plans and replies, ready to store.
     """
+    # Everything the slice may ask, announced at once: the local judge encodes it in one call.
+    # Later rounds only ask less (what an earlier round taught is cached by then).
+    for item in work:
+        item.cached = _cached_for(item, calls.known)
+        item.plan = plan_call(item.event, item.cached)
+    prepared = judge.prepare([_request(item.event, item.plan) for item in work if item.plan.send])
+    calls.vectors = prepared.vectors
+    judge = prepared.judge
     pending = work
+    planned = True  # the first round's plans are made above
     while pending:
         claimed: set[tuple[str, str]] = set()
         this_round: list[_Work] = []
         deferred: list[_Work] = []
         for item in pending:
-            item.cached = _cached_for(item, calls.known)
-            item.plan = plan_call(item.event, item.cached)
+            if not planned:
+                item.cached = _cached_for(item, calls.known)
+                item.plan = plan_call(item.event, item.cached)
             passages = item.event.passages
             keys = {(item.query_hash, passages[i].content_hash) for i in item.plan.send}
             if item.plan.rate_context:
@@ -238,6 +282,7 @@ def _call_judge(runtime: Runtime, judge: Judge, work: list[_Work], calls: _Calls
             for item in refused:
                 calls.take(item, partial(_ask, runtime, judge, item), final=True)
         pending = deferred
+        planned = False
     return calls.finished
 
 
@@ -273,16 +318,20 @@ def _learn(item: _Work, known: dict[tuple[str, str], int]) -> None:
         known[(item.query_hash, item.ctx_key)] = item.reply.context_rating
 
 
-def _ask(runtime: Runtime, judge: Judge, item: _Work) -> tuple[JudgeReply, Delta]:
-    """One judge call for one event, within its tenant's app's budget and the shared call
-    rate."""
-    event, plan, who = item.event, item.plan, judge.identity
-    request = JudgeRequest(
+def _request(event: EventForJudging, plan: Plan) -> JudgeRequest:
+    return JudgeRequest(
         query=event.query,
         passages=tuple(event.passages[i].text for i in plan.send),
         rate_context=plan.rate_context,
         top_k_count=min(event.k, len(event.passages)) if plan.rate_context else 0,
     )
+
+
+def _ask(runtime: Runtime, judge: Judge, item: _Work) -> tuple[JudgeReply, Delta]:
+    """One judge call for one event, within its tenant's app's budget and the shared call
+    rate."""
+    event, plan, who = item.event, item.plan, judge.identity
+    request = _request(event, plan)
     held = reserve_call(
         runtime, event.tenant, event.app, who.model, [event.query, *request.passages]
     )

@@ -54,7 +54,7 @@ def runtime() -> Runtime:
 @cache
 def _configured_judge() -> Judge | CalibratedLocalJudge:
     settings = get_settings()
-    configured = make_judge(settings)
+    configured = make_judge(settings, runtime().redis)
     if isinstance(configured, LocalJudge):
         return CalibratedLocalJudge(
             configured, runtime().engine, settings.local_judge_calibration_check_seconds
@@ -79,7 +79,7 @@ def judge_with(overrides: tuple[tuple[str, str], ...]) -> Judge:
     """
     base = get_settings()
     allowed = {name: value for name, value in overrides if name in OVERRIDABLE}
-    return make_judge(Settings.model_validate({**base.model_dump(), **allowed}))
+    return make_judge(Settings.model_validate({**base.model_dump(), **allowed}), runtime().redis)
 
 
 @app.task(name=JUDGE_TASK, bind=True, max_retries=MAX_TASK_RETRIES)  # type: ignore[untyped-decorator]

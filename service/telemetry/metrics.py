@@ -27,6 +27,13 @@ shared judge and carry no tenant):
 - retrieval_monitor_judge_labels_missing_total [judge]
 - retrieval_monitor_judge_labels_total [judge]
 - retrieval_monitor_judge_cache_hits_total [judge]
+- retrieval_monitor_judge_cache_lookups_total [tenant, judge, cache, result]  (cache: label,
+  context, vector; result: hit, miss): what the label cache, the context ratings it holds and
+  the local judge's shared passage vectors answered (``workers.cache_figures``)
+- retrieval_monitor_judge_calls_saved_total [tenant, judge],
+  retrieval_monitor_judge_tokens_saved_total [tenant, judge]: judge calls and (estimated)
+  prompt tokens the label cache saved; beside judge_app_calls and judge_app_tokens they give
+  the share saved
 - retrieval_monitor_judge_output_mode_total [judge, mode]: answered judge calls by how the reply
   was constrained (json_schema, json_object_schema, json_object, text); the mode in use is the one
   that grows
@@ -148,6 +155,21 @@ FAMILIES: dict[str, Family] = {
         _counter("judge_labels", "Passage labels the judge produced.", ("judge",)),
         _counter("judge_labels_missing", "Passage labels missing after retries.", ("judge",)),
         _counter("judge_cache_hits", "Passage labels served from the label cache.", ("judge",)),
+        _counter(
+            "judge_cache_lookups",
+            "Judge cache look-ups by cache (label, context, vector) and result (hit, miss).",
+            ("tenant", "judge", "cache", "result"),
+        ),
+        _counter(
+            "judge_calls_saved",
+            "Judge calls the label cache made unnecessary.",
+            ("tenant", "judge"),
+        ),
+        _counter(
+            "judge_tokens_saved",
+            "Judge prompt tokens the label cache made unnecessary (estimated).",
+            ("tenant", "judge"),
+        ),
         _counter(
             "judge_output_mode",
             "Answered judge calls by output mode (json_schema, json_object_schema, json_object, "

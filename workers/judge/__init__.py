@@ -11,14 +11,16 @@ __all__ = ["Judge", "make_judge"]
 
 
 def make_judge(settings: Settings, redis: Redis | None = None) -> Judge:
-    """The judge the settings ask for; ``redis`` shares what the LLM judge learns of its server.
+    """The judge the settings ask for; ``redis`` shares what the LLM judge learns of its server,
+    and the local judge's passage vectors.
 
-    Without ``redis`` the LLM judge connects to ``settings.redis_url`` itself when one is set.
+    Without ``redis`` the LLM judge connects to ``settings.redis_url`` itself when one is set;
+    the local judge then keeps no vectors beyond a slice.
     """
     if settings.uses_local_judge:
         from workers.judge.local import LocalJudge
 
-        return LocalJudge(settings)
+        return LocalJudge(settings, redis)
     from workers.judge.llm import LlmJudge
 
     return LlmJudge(settings, redis)

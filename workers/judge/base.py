@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,9 +36,27 @@ class TransientJudgeError(RuntimeError):
         self.reason = reason  # a bounded metric label
 
 
+@dataclass(frozen=True)
+class VectorUse:
+    """Where a slice's passage vectors came from, by content hash (the local judge only)."""
+
+    cached: frozenset[str] = frozenset()  # read from the vectors every worker shares
+    encoded: frozenset[str] = frozenset()  # encoded for this slice, in one encoder call
+
+
 class Judge(Protocol):
     identity: JudgeIdentity
     # How many ``judge`` calls one worker process may have in flight at once.
     max_concurrency: int
 
     def judge(self, request: JudgeRequest) -> JudgeReply: ...
+
+    def prepare(self, requests: Sequence[JudgeRequest]) -> PreparedSlice:
+        """Get ready for a slice's requests at once; the answer's judge takes them."""
+        ...
+
+
+@dataclass(frozen=True)
+class PreparedSlice:
+    judge: Judge  # the same identity, ready for the slice's requests
+    vectors: VectorUse | None = None  # None: a judge without vectors (an LLM)

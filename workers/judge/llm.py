@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import openai
@@ -26,7 +27,7 @@ from redis import Redis
 
 from service.settings import Settings
 from service.store.judging import JudgeIdentity
-from workers.judge.base import JudgeReply, TransientJudgeError
+from workers.judge.base import JudgeReply, PreparedSlice, TransientJudgeError
 from workers.judge.output_mode import OutputModes, is_format_rejection
 from workers.judge.prompt import (
     JudgeRequest,
@@ -83,6 +84,10 @@ class LlmJudge:
             timeout=settings.judge_timeout_seconds,
             max_retries=settings.judge_max_retries,
         )
+
+    def prepare(self, requests: Sequence[JudgeRequest]) -> PreparedSlice:
+        """Nothing to share between the calls of a slice: each is a request of its own."""
+        return PreparedSlice(self)
 
     def judge(self, request: JudgeRequest) -> JudgeReply:
         started = time.perf_counter()

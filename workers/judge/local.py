@@ -9,26 +9,35 @@ own, so batching, order and position cannot change a grade.
 The encoder is numpy float32 or onnxruntime (``workers.judge.encoders``). Float32 on either gives
 the same similarities to rounding and shares labels; the int8 encoder's similarities differ a
 little, so its labels carry a prompt version of their own and never share a cache entry or series.
+
+A slice is encoded at once (``prepare``): its queries, and the passages whose vectors no worker
+kept (``workers.judge.vectors``), in one encoder call; then each event's similarities are products
+of those vectors. A passage's vector is the encoder's output for its text, whichever slice made
+it, so a vector read back gives the grade encoding it again would, to the last bits the encoder
+itself varies by with the batch a text falls in (about 1e-7 of a similarity).
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+from redis import Redis
 
 from service.analysis.local_calibration import local_prompt_version as prompt_version_of
 from service.settings import Settings
+from service.store.events import text_hash
 from service.store.judging import JudgeIdentity
-from workers.judge.base import JudgeReply
+from workers.judge.base import JudgeReply, PreparedSlice, VectorUse
 from workers.judge.encoders import Backend, load_encoder, resolve_backend
 from workers.judge.prompt import JudgeRequest
+from workers.judge.vectors import F32, RedisVectors, vector_version
 
 if TYPE_CHECKING:
     from workers.judge.text_encoder import TextEncoder
@@ -71,7 +80,11 @@ class LocalJudge:
     # The encoder already uses every core for one call; a second call in flight only competes.
     max_concurrency = 1
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, redis: Redis | None = None) -> None:
+        """``redis`` keeps passage vectors for every worker (none kept without it, or with
+        ``local_judge_vector_cache_entries`` at 0)."""
+        self._redis = redis if settings.local_judge_vector_cache_entries > 0 else None
+        self._vector_entries = settings.local_judge_vector_cache_entries
         self.thresholds = tuple(float(t) for t in settings.local_judge_thresholds)
         grades_from_similarity([], self.thresholds)  # fail at start on a bad setting
         self.backend = resolve_backend(settings.local_judge_backend)
@@ -92,6 +105,21 @@ class LocalJudge:
     def encoder_version(self) -> str:
         return encoder_version(self.backend)
 
+    @property
+    def vector_version(self) -> str:
+        return vector_version(
+            LOCAL_JUDGE_NAME, self.encoder_version, self.backend, self.encoder.dim
+        )
+
+    @cached_property
+    def vectors(self) -> RedisVectors | None:
+        """The passage vectors every worker shares, or None when none are kept."""
+        if self._redis is None:
+            return None
+        return RedisVectors(
+            self._redis, self.vector_version, self.encoder.dim, self._vector_entries
+        )
+
     def with_thresholds(self, thresholds: Sequence[float]) -> LocalJudge:
         """The same judge (and encoder, once loaded) grading with other thresholds, under the
         prompt version those thresholds name."""
@@ -108,9 +136,37 @@ class LocalJudge:
     def grades_for(self, similarities: npt.ArrayLike) -> npt.NDArray[np.intp]:
         return grades_from_similarity(similarities, self.thresholds)
 
-    def judge(self, request: JudgeRequest) -> JudgeReply:
+    def prepare(self, requests: Sequence[JudgeRequest]) -> PreparedSlice:
+        """Vectors for every query and passage of ``requests``: the passages' from the shared
+        vectors where kept, the rest (each distinct text once) in one encoder call."""
         started = time.perf_counter()
-        similarities = self.encoder.similarity(request.query, list(request.passages))
+        queries = list(dict.fromkeys(request.query for request in requests))
+        # Keyed by the content hash the store gives the same text.
+        passages = {text_hash(text): text for request in requests for text in request.passages}
+        vectors = self.vectors
+        cached = vectors.get_many(list(passages)) if vectors is not None and passages else {}
+        missing = [content_hash for content_hash in passages if content_hash not in cached]
+        texts = queries + [passages[content_hash] for content_hash in missing]
+        encoded = self.encoder.encode(texts) if texts else np.zeros((0, 0), dtype=np.float32)
+        new = {content_hash: encoded[len(queries) + i] for i, content_hash in enumerate(missing)}
+        if vectors is not None and new:
+            vectors.put_many(new)
+        ready = _SliceJudge(
+            self,
+            dict(zip(queries, encoded, strict=False)),
+            {**cached, **new},
+            # The slice's encoding is shared by its calls: each carries an even part of it.
+            setup_seconds=(time.perf_counter() - started) / max(1, len(requests)),
+        )
+        return PreparedSlice(ready, VectorUse(frozenset(cached), frozenset(new)))
+
+    def judge(self, request: JudgeRequest) -> JudgeReply:
+        return self.prepare([request]).judge.judge(request)
+
+    def reply(
+        self, request: JudgeRequest, similarities: npt.ArrayLike, latency_seconds: float
+    ) -> JudgeReply:
+        """The reply of one request from its passages' similarities to the query."""
         grades = [int(g) for g in self.grades_for(similarities)]
         context: int | None = None
         if request.rate_context and request.top_k_count:
@@ -122,6 +178,42 @@ class LocalJudge:
             prompt_tokens=0,
             completion_tokens=0,
             malformed_replies=0,
-            latency_seconds=time.perf_counter() - started,
-            similarities=tuple(float(s) for s in similarities),
+            latency_seconds=latency_seconds,
+            similarities=tuple(float(s) for s in np.asarray(similarities)),
         )
+
+
+class _SliceJudge:
+    """The local judge with a slice's vectors in hand: each request is a matrix-vector product."""
+
+    max_concurrency = 1
+
+    def __init__(
+        self,
+        local: LocalJudge,
+        queries: Mapping[str, F32],
+        passages: Mapping[str, F32],
+        setup_seconds: float,
+    ) -> None:
+        self.identity = local.identity
+        self._local = local
+        self._queries = queries
+        self._passages = passages
+        self._setup_seconds = setup_seconds
+
+    def prepare(self, requests: Sequence[JudgeRequest]) -> PreparedSlice:
+        return self._local.prepare(requests)
+
+    def judge(self, request: JudgeRequest) -> JudgeReply:
+        started = time.perf_counter()
+        hashes = [text_hash(text) for text in request.passages]
+        if request.query not in self._queries or any(h not in self._passages for h in hashes):
+            # A request the slice did not announce: it is encoded on its own.
+            return self._local.prepare([request]).judge.judge(request)
+        query = self._queries[request.query]
+        if hashes:
+            similarities: F32 = np.stack([self._passages[h] for h in hashes]) @ query
+        else:
+            similarities = np.zeros(0, dtype=np.float32)
+        latency = time.perf_counter() - started + self._setup_seconds
+        return self._local.reply(request, similarities, latency)
