@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from redis.exceptions import NoScriptError
 from sqlalchemy.exc import IntegrityError
 
 from service.ingest.backpressure import Backpressure
@@ -188,7 +189,6 @@ class Ingestor:
         self.runtime = runtime
         self.sender = sender
         self.backpressure = Backpressure(runtime)
-        self._urgent: TaskSender | None = None
 
     def admit(self, tenant: str, events: int) -> Refusal | None:
         """Refuse work the service cannot take now; None when the request may proceed."""
@@ -289,20 +289,62 @@ class Ingestor:
         counts.add_to(delta)
         for rejection in rejections:
             count_rejected(delta, rejection.reason, empty_retrieval=rejection.empty_retrieval)
-        self.count(delta)
-        if urgent_pks:
-            self._urgent_sender().send_judge(urgent_pks)
-        if new_pks:
-            self.sender.send_judge(new_pks)
+        self._count_and_enqueue(delta, urgent_pks, new_pks)
         return results
 
-    def _urgent_sender(self) -> TaskSender:
-        if self._urgent is None:
-            broker = str(self.sender.app.conf.broker_url)
-            self._urgent = TaskSender(
-                broker, urgent_queue(self.sender.queue), self.sender.slice_events
+    def _count_and_enqueue(self, delta: Delta, urgent_pks: list[int], new_pks: list[int]) -> None:
+        """The counters and the judge messages of one ingest call in one Redis round trip.
+
+        A message the sender would hold to gather it with later ones is handed to the sender;
+        when the broker is another Redis than the counters', each goes its own way.
+        """
+        sender = self.sender
+        pushes: list[tuple[str, list[bytes]]] = []
+        if urgent_pks:
+            queue = urgent_queue(sender.queue)
+            pushes.append((queue, sender.judge_messages(urgent_pks, queue)))
+        if new_pks:
+            if sender.sends_now(new_pks):
+                pushes.append((sender.queue, sender.judge_messages(new_pks)))
+            else:
+                sender.send_judge(new_pks)
+        if sender.broker_url != self.runtime.settings.redis_url:
+            self.count(delta)
+            for queue, messages in pushes:
+                self._push_alone(queue, messages)
+            return
+        try:
+            pipe = self.runtime.redis.pipeline(transaction=False)
+            counted = self.runtime.aggregates.add_in(pipe, delta)
+            for queue, messages in pushes:
+                pipe.lpush(queue, *messages)
+            answers = pipe.execute(raise_on_error=False)
+        except Exception:  # committed already: the counters are rebuilt, the sweeper re-sends
+            log.warning(
+                "could not update ingest counters nor enqueue judging; the sweeper will",
+                exc_info=True,
             )
-        return self._urgent
+            return
+        if counted:
+            if isinstance(answers[0], NoScriptError):  # a restarted Redis: load the script
+                self.count(delta)
+            elif isinstance(answers[0], Exception):
+                log.warning("could not update ingest counters: %s", answers[0])
+            answers = answers[1:]
+        for (queue, messages), answer in zip(pushes, answers, strict=True):
+            if isinstance(answer, Exception):
+                log.warning(
+                    "could not enqueue %d judge message(s) on %s; the sweeper will: %s",
+                    len(messages),
+                    queue,
+                    answer,
+                )
+
+    def _push_alone(self, queue: str, messages: list[bytes]) -> None:
+        try:
+            self.sender.redis.lpush(queue, *messages)
+        except Exception:  # the events are committed; the sweeper re-sends them
+            log.warning("could not enqueue judging on %s; the sweeper will", queue, exc_info=True)
 
     def reject(
         self,
