@@ -37,6 +37,7 @@ class AppState:
             runtime.settings.judge_slice_events,
             runtime.settings.judge_gather_seconds,
         )
+        ingestor = Ingestor(runtime, sender)
         metrics_page = MetricsPage(
             runtime.aggregates,
             collectors=(
@@ -44,9 +45,8 @@ class AppState:
                 CachedCalibrationGauges(runtime.engine),
                 BudgetGauges(runtime.redis, runtime.settings),
             ),
-            before_scrape=partial(rebuild_if_lost, runtime),
+            before_scrape=lambda: before_scrape(runtime, ingestor),
         )
-        ingestor = Ingestor(runtime, sender)
         group = runtime.settings.max_batch_events
         # PostgreSQL takes concurrent writers, so a second one stores a group while the first
         # waits on the server; SQLite has one write lock, which a second writer would only wait
@@ -61,6 +61,13 @@ class AppState:
             keys=KeyStore(runtime.engine, runtime.redis),
             sessions=SessionStore(runtime.redis),
         )
+
+
+def before_scrape(runtime: Runtime, ingestor: Ingestor) -> None:
+    """What a scrape needs first: this process's pending duplicate ratios exported (so an
+    event accepted before the scrape is in it), and the aggregates rebuilt if Redis lost them."""
+    ingestor.duplicate_ratios.flush()
+    rebuild_if_lost(runtime)
 
 
 def app_state(request: Request) -> AppState:

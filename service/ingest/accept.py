@@ -20,10 +20,11 @@ from sqlalchemy.exc import IntegrityError
 
 from service.ingest.backpressure import Backpressure
 from service.ingest.counts import IngestCounts, count_rejected
+from service.ingest.deferred import DuplicateRatios, PendingRatio
 from service.ingest.ratelimit import TokenBucket
 from service.ingest.redaction import Redactor
 from service.ingest.sampling import decide
-from service.ingest.signals import Signals, compute_signals, looks_bad
+from service.ingest.signals import Signals, compute_signals, looks_bad, repeats_enough
 from service.queue import TaskSender, urgent_queue
 from service.runtime import Runtime
 from service.schemas import (
@@ -142,13 +143,19 @@ class Triage:
 
     @classmethod
     def of(cls, event_id: str, event: EventIn, settings: Settings) -> Triage:
+        texts = [p.text for p in event.passages]
+        k = event.k or len(event.passages)
+        # The near-duplicate count only feeds a histogram: it is made after the answer
+        # (service/ingest/deferred.py). What decides here is whether it reaches looks_bad's
+        # bound, asked only when the answer depends on it and stopped once it is known.
         signals = compute_signals(
-            [p.text for p in event.passages],
+            texts,
             [p.score for p in event.passages],
-            event.k or len(event.passages),
+            k,
             settings.signal_short_passages,
             settings.signal_duplicate_similarity,
             settings.signal_max_compared_passages,
+            count_duplicates=False,
         )
         is_gold = event.gold_passage_ids is not None
         sample = decide(
@@ -159,7 +166,16 @@ class Triage:
             settings.sample_rate,
             settings.sample_rates,
         )
-        urgent = sample.judge and (is_gold or looks_bad(signals))
+        # The same decision as ``sample.judge and (is_gold or looks_bad(full signals))``.
+        urgent = sample.judge and (
+            is_gold
+            or looks_bad(signals)
+            or repeats_enough(
+                texts[:k][: settings.signal_max_compared_passages],
+                settings.signal_duplicate_similarity,
+                signals.passages,
+            )
+        )
         return cls(sample.judge, sample.reason, urgent, signals)
 
 
@@ -189,6 +205,9 @@ class Ingestor:
         self.runtime = runtime
         self.sender = sender
         self.backpressure = Backpressure(runtime)
+        self.duplicate_ratios = DuplicateRatios(
+            runtime.aggregates, runtime.settings.signal_duplicate_similarity
+        )
 
     def admit(self, tenant: str, events: int) -> Refusal | None:
         """Refuse work the service cannot take now; None when the request may proceed."""
@@ -260,6 +279,8 @@ class Ingestor:
         results: list[IngestResult] = []
         new_pks: list[int] = []
         urgent_pks: list[int] = []
+        ratios: list[PendingRatio] = []
+        compared = settings.signal_max_compared_passages
         for (event_id, event), outcome in zip(named, stored, strict=True):
             key = (event.app, event.retriever, event.environment or "")
             if outcome.outcome == "accepted":
@@ -268,6 +289,10 @@ class Ingestor:
                 if chosen.judge:
                     (urgent_pks if chosen.urgent else new_pks).append(outcome.pk)
                 counts.accepted(key, chosen.judge, chosen.reason, chosen.signals)
+                top = event.passages[: chosen.signals.passages][:compared]
+                ratios.append(
+                    PendingRatio(tenant, key, tuple(p.text for p in top), chosen.signals.passages)
+                )
                 results.append(IngestResult(event_id=outcome.event_id, status="accepted"))
             elif outcome.outcome == "duplicate":
                 counts.duplicate(key)
@@ -290,7 +315,13 @@ class Ingestor:
         for rejection in rejections:
             count_rejected(delta, rejection.reason, empty_retrieval=rejection.empty_retrieval)
         self._count_and_enqueue(delta, urgent_pks, new_pks)
+        self.duplicate_ratios.submit(ratios)
         return results
+
+    def close(self) -> None:
+        """Send held judge messages and export the last duplicate ratios (at shutdown)."""
+        self.sender.close()
+        self.duplicate_ratios.close()
 
     def _count_and_enqueue(self, delta: Delta, urgent_pks: list[int], new_pks: list[int]) -> None:
         """The counters and the judge messages of one ingest call in one Redis round trip.

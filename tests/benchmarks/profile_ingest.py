@@ -168,7 +168,7 @@ def batched(
             ingestor.ingest("default", valid)
 
 
-def profile(kind: str, events: int, tmp: Path) -> dict[str, dict[str, float]]:
+def profile(kind: str, events: int, tmp: Path, unique: bool = False) -> dict[str, dict[str, float]]:
     """Microseconds per event in each stage, for the single and the batch path, on ``kind``:
     CPU time of this thread (what limits throughput) and wall time (what the client waits)."""
     out: dict[str, dict[str, float]] = {}
@@ -192,11 +192,21 @@ def profile(kind: str, events: int, tmp: Path) -> dict[str, dict[str, float]]:
         warm = [orjson.dumps(event(i, f"{run}w")) for i in range(200)]
         single(runtime, ingestor, StageClock(), warm)
         for path, bodies, runner in (
-            ("single", [orjson.dumps(event(i, f"{run}s")) for i in range(events)], single),
+            (
+                "single",
+                [orjson.dumps(event(i, f"{run}s", unique=unique)) for i in range(events)],
+                single,
+            ),
             (
                 "batch x100",
                 [
-                    orjson.dumps({"events": [event(b * 100 + i, f"{run}b") for i in range(100)]})
+                    orjson.dumps(
+                        {
+                            "events": [
+                                event(b * 100 + i, f"{run}b", unique=unique) for i in range(100)
+                            ]
+                        }
+                    )
                     for b in range(max(1, events // 100))
                 ],
                 batched,
@@ -236,11 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--events", type=int, default=1000, help="events per path and store")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument(
+        "--unique-passages",
+        action="store_true",
+        help="every passage text new (default: drawn from 200 texts, as bench_ingest)",
+    )
     args = parser.parse_args(argv)
     columns: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for kind in ["sqlite"] + ([] if args.no_postgres else ["postgres"]):
-            columns.update(profile(kind, args.events, Path(tmp)))
+            columns.update(profile(kind, args.events, Path(tmp), args.unique_passages))
     print(table(columns, "cpu"))
     print()
     print(table(columns, "wall"))
