@@ -3,12 +3,15 @@ request path, for single events and for batches of 100, on SQLite and PostgreSQL
 
 The real functions run in this process on a real database and Redis: the body is parsed as the
 route does (``json.loads``, then the pydantic models), then ``Ingestor.ingest`` stores it. Each
-stage is timed by wrapping the function that does it with ``time.perf_counter_ns``; a stage's
-time excludes the stages nested in it (the passage write inside the insert, for example), so
-the column adds up to the total. What the wrappers do not cover is reported as "other" (the
-loops of ``ingest`` itself). HTTP (the server, Starlette, the answer's serialization) is not in
-it: the bare endpoint's throughput measures that. Run:
-``python -m tests.benchmarks.profile_ingest [--events N] [--no-postgres]``.
+stage is timed by wrapping the function that does it, with ``time.thread_time_ns`` (CPU) and
+``time.perf_counter_ns`` (wall); a stage's time excludes the stages nested in it (the passage
+write inside the insert, for example), so a column adds up to its total. What the wrappers do
+not cover is "other" (the loops of ``ingest`` itself). The near-duplicate ratio, counted after
+the answer on a thread of its own, is timed there and included. Each timed call adds a few
+microseconds of its own. HTTP (the server, Starlette, the answer's serialization) is not in it:
+the bare endpoint's figures measure that. A single event is stored alone (a group of one, as on
+a quiet service; under load concurrent requests share a transaction). Run:
+``python -m tests.benchmarks.profile_ingest [--events N] [--no-postgres] [--unique-passages]``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -54,6 +58,7 @@ STAGES = (
     "commit",
     "counters (fold)",
     "counters + enqueue (Redis)",
+    "duplicate ratio (after the answer)",
     "other",
 )
 
@@ -64,24 +69,26 @@ class StageClock:
     def __init__(self) -> None:
         self.ns: dict[str, int] = defaultdict(int)
         self.cpu_ns: dict[str, int] = defaultdict(int)
-        self._children: list[tuple[int, int]] = []
+        # Per thread: the deferred duplicate ratios are counted on a thread of their own.
+        self._local = threading.local()
         self._undo: list[Callable[[], None]] = []
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        self._children.append((0, 0))
+        children: list[tuple[int, int]] = self._local.__dict__.setdefault("children", [])
+        children.append((0, 0))
         started, cpu_started = time.perf_counter_ns(), time.thread_time_ns()
         try:
             yield
         finally:
             elapsed = time.perf_counter_ns() - started
             cpu = time.thread_time_ns() - cpu_started
-            nested, nested_cpu = self._children.pop()
+            nested, nested_cpu = children.pop()
             self.ns[name] += elapsed - nested
             self.cpu_ns[name] += cpu - nested_cpu
-            if self._children:
-                outer, outer_cpu = self._children[-1]
-                self._children[-1] = (outer + elapsed, outer_cpu + cpu)
+            if children:
+                outer, outer_cpu = children[-1]
+                children[-1] = (outer + elapsed, outer_cpu + cpu)
 
     def wrap(self, owner: Any, attribute: str, name: str) -> None:
         """Time every call of ``owner.attribute`` as stage ``name`` until ``restore``."""
@@ -125,6 +132,8 @@ def instrument(clock: StageClock) -> None:
     clock.wrap(Session, "commit", "commit")
     clock.wrap(counts.IngestCounts, "accepted", "counters (fold)")
     clock.wrap(counts.IngestCounts, "add_to", "counters (fold)")
+    if hasattr(accept, "DuplicateRatios"):
+        clock.wrap(accept.DuplicateRatios, "flush", "duplicate ratio (after the answer)")
     # One Redis round trip for both where the code does that; two calls in the code before it.
     for owner, attribute in (
         (accept.Ingestor, "_count_and_enqueue"),
@@ -216,6 +225,8 @@ def profile(kind: str, events: int, tmp: Path, unique: bool = False) -> dict[str
             instrument(clock)
             try:
                 runner(runtime, ingestor, clock, bodies)
+                if hasattr(ingestor, "duplicate_ratios"):  # what is still to count, counted
+                    ingestor.duplicate_ratios.flush()
             finally:
                 clock.restore()
             stored = len(bodies) * (1 if path == "single" else 100)
