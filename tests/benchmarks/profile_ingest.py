@@ -49,7 +49,7 @@ STAGES = (
     "storable check",
     "validate (pydantic, rest)",
     "limits + redaction",
-    "signals",
+    "signals + urgent decision",
     "sampling",
     "identity hash",
     "known-id lookup",
@@ -123,7 +123,9 @@ def instrument(clock: StageClock) -> None:
     clock.wrap(schemas, "check_body", "storable check")
     clock.wrap(accept, "check_limits", "limits + redaction")
     clock.wrap(accept, "redact_event", "limits + redaction")
-    clock.wrap(accept, "compute_signals", "signals")
+    clock.wrap(accept, "compute_signals", "signals + urgent decision")
+    if hasattr(accept, "repeats_enough"):
+        clock.wrap(accept, "repeats_enough", "signals + urgent decision")
     clock.wrap(accept, "decide", "sampling")
     clock.wrap(event_store, "payload_hash", "identity hash")
     clock.wrap(event_store, "known_payload_hashes", "known-id lookup")
