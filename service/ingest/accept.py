@@ -24,7 +24,7 @@ from service.ingest.deferred import DuplicateRatios, PendingRatio
 from service.ingest.ratelimit import TokenBucket
 from service.ingest.redaction import Redactor
 from service.ingest.sampling import decide
-from service.ingest.signals import Signals, compute_signals, looks_bad, repeats_enough
+from service.ingest.signals import NearDuplicateCount, Signals, compute_signals, looks_bad
 from service.queue import TaskSender, urgent_queue
 from service.runtime import Runtime
 from service.schemas import (
@@ -140,6 +140,7 @@ class Triage:
     reason: str  # gold, sampled, unsampled
     urgent: bool
     signals: Signals
+    duplicates: NearDuplicateCount  # read as far as ``urgent`` needed; finished after the answer
 
     @classmethod
     def of(cls, event_id: str, event: EventIn, settings: Settings) -> Triage:
@@ -166,17 +167,15 @@ class Triage:
             settings.sample_rate,
             settings.sample_rates,
         )
+        duplicates = NearDuplicateCount(
+            texts[:k][: settings.signal_max_compared_passages],
+            settings.signal_duplicate_similarity,
+        )
         # The same decision as ``sample.judge and (is_gold or looks_bad(full signals))``.
         urgent = sample.judge and (
-            is_gold
-            or looks_bad(signals)
-            or repeats_enough(
-                texts[:k][: settings.signal_max_compared_passages],
-                settings.signal_duplicate_similarity,
-                signals.passages,
-            )
+            is_gold or looks_bad(signals) or duplicates.reaches(signals.passages)
         )
-        return cls(sample.judge, sample.reason, urgent, signals)
+        return cls(sample.judge, sample.reason, urgent, signals, duplicates)
 
 
 def _initial_states(triage: dict[str, Triage]) -> dict[str, event_store.InitialState]:
@@ -205,9 +204,7 @@ class Ingestor:
         self.runtime = runtime
         self.sender = sender
         self.backpressure = Backpressure(runtime)
-        self.duplicate_ratios = DuplicateRatios(
-            runtime.aggregates, runtime.settings.signal_duplicate_similarity
-        )
+        self.duplicate_ratios = DuplicateRatios(runtime.aggregates)
 
     def admit(self, tenant: str, events: int) -> Refusal | None:
         """Refuse work the service cannot take now; None when the request may proceed."""
@@ -280,7 +277,6 @@ class Ingestor:
         new_pks: list[int] = []
         urgent_pks: list[int] = []
         ratios: list[PendingRatio] = []
-        compared = settings.signal_max_compared_passages
         for (event_id, event), outcome in zip(named, stored, strict=True):
             key = (event.app, event.retriever, event.environment or "")
             if outcome.outcome == "accepted":
@@ -289,10 +285,7 @@ class Ingestor:
                 if chosen.judge:
                     (urgent_pks if chosen.urgent else new_pks).append(outcome.pk)
                 counts.accepted(key, chosen.judge, chosen.reason, chosen.signals)
-                top = event.passages[: chosen.signals.passages][:compared]
-                ratios.append(
-                    PendingRatio(tenant, key, tuple(p.text for p in top), chosen.signals.passages)
-                )
+                ratios.append(PendingRatio(tenant, key, chosen.duplicates, chosen.signals.passages))
                 results.append(IngestResult(event_id=outcome.event_id, status="accepted"))
             elif outcome.outcome == "duplicate":
                 counts.duplicate(key)

@@ -1,9 +1,10 @@
 """The near-duplicate ratio of accepted events, counted after the answer rather than before it.
 
 The ratio feeds one histogram and decides nothing: whether an event goes to the urgent queue is
-decided at ingest by ``signals.repeats_enough``, which stops as soon as the answer is known. The
-full count (the shingles of every top passage) is made here, on a thread of the API process,
-for every accepted event, and added to the shared aggregates in one Redis call per flush: every
+decided at ingest by ``NearDuplicateCount.reaches``, which stops as soon as the answer is known.
+The count is finished here (``NearDuplicateCount.total``, from where ingest stopped), on a
+thread of the API process, for every accepted event, and added to the shared aggregates in one
+Redis call per flush: every
 ``FLUSH_SECONDS``, before each ``/metrics`` scrape, and at shutdown. A crash loses at most that
 long of this histogram (the events themselves are committed; the histogram is not rebuilt from
 the database, as before).
@@ -21,7 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from service.ingest.signals import count_near_duplicates
+from service.ingest.signals import NearDuplicateCount
 from service.telemetry.aggregates import Aggregates, Delta
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ _LOG_EVERY_SECONDS = 60.0
 class PendingRatio:
     tenant: str
     labels: tuple[str, str, str]  # app, retriever, environment
-    texts: tuple[str, ...]  # the compared passages: the first max_compared of the top k
+    duplicates: NearDuplicateCount  # of the compared passages, as far as ingest read it
     passages: int  # in the top k
 
 
@@ -47,12 +48,10 @@ class DuplicateRatios:
     def __init__(
         self,
         aggregates: Aggregates,
-        threshold: float,
         flush_seconds: float = FLUSH_SECONDS,
         capacity: int = CAPACITY,
     ) -> None:
         self.aggregates = aggregates
-        self.threshold = threshold
         self.flush_seconds = flush_seconds
         self.capacity = capacity
         self._pending: list[PendingRatio] = []
@@ -92,7 +91,7 @@ class DuplicateRatios:
             for item in pending:
                 if not item.passages:
                     continue
-                duplicates = count_near_duplicates(item.texts, self.threshold)
+                duplicates = item.duplicates.total()
                 ratios.setdefault((item.tenant, *item.labels), []).append(
                     duplicates / item.passages
                 )

@@ -94,28 +94,55 @@ def repeats_enough(
     texts: Sequence[str], threshold: float, passages: int, bound: float = 0.5
 ) -> bool:
     """Whether ``count_near_duplicates(texts, threshold) / passages >= bound``, the condition
-    ``looks_bad`` puts on the duplicate ratio, reading no more passages than the answer needs.
+    ``looks_bad`` puts on the duplicate ratio, reading no more passages than the answer needs."""
+    return NearDuplicateCount(texts, threshold).reaches(passages, bound)
 
-    It stops as soon as the count reaches the bound, or can no longer reach it with the
-    passages left: when a list has no repeat, the passages past the point where the rest
-    could no longer make half of it are never read (their shingles never built).
+
+class NearDuplicateCount:
+    """``count_near_duplicates``, read one passage at a time, so it can stop and go on later.
+
+    Ingest reads only as far as the urgent-queue decision needs (``reaches``): it stops as soon
+    as the count meets the bound, or can no longer meet it with the passages left, so a list
+    with no repeat never has the shingles of its last passages built before the answer. The
+    thread that exports the ratio after the answer finishes the same count (``total``),
+    carrying on from where ingest stopped: no passage is read twice.
     """
-    if passages <= 0:
-        return False
-    # The smallest count that meets the bound, found with the same division looks_bad does.
-    needed = next((d for d in range(passages + 1) if d / passages >= bound), passages + 1)
-    if needed == 0:
-        return True
-    found = 0
-    left = len(texts)
-    for repeats in near_duplicate_flags(texts, threshold):
-        found += repeats
-        left -= 1
-        if found >= needed:
-            return True
-        if found + left < needed:
+
+    def __init__(self, texts: Sequence[str], threshold: float) -> None:
+        self._flags = near_duplicate_flags(texts, threshold)
+        self.found = 0
+        self.left = len(texts)
+
+    def reaches(self, passages: int, bound: float = 0.5) -> bool:
+        """Whether the full count, over ``passages``, will be at least ``bound``."""
+        if passages <= 0:
             return False
-    return False
+        needed = _smallest_count_meeting(passages, bound)
+        while self.found < needed <= self.found + self.left:
+            self._read_one()
+        return self.found >= needed
+
+    def total(self) -> int:
+        """The full count (reading whatever is left)."""
+        while self.left:
+            self._read_one()
+        return self.found
+
+    def _read_one(self) -> None:
+        self.found += next(self._flags)
+        self.left -= 1
+
+
+def _smallest_count_meeting(passages: int, bound: float) -> int:
+    """The smallest d with ``d / passages >= bound`` (the division ``looks_bad`` makes), or
+    ``passages + 1`` when none can."""
+    needed = max(0, min(passages + 1, math.ceil(bound * passages)))
+    # ceil of a float product can be one off the division's own answer: settle it exactly.
+    while needed > 0 and (needed - 1) / passages >= bound:
+        needed -= 1
+    while needed <= passages and needed / passages < bound:
+        needed += 1
+    return needed
 
 
 def near_duplicate_flags(texts: Sequence[str], threshold: float) -> Iterator[bool]:

@@ -124,8 +124,8 @@ def instrument(clock: StageClock) -> None:
     clock.wrap(accept, "check_limits", "limits + redaction")
     clock.wrap(accept, "redact_event", "limits + redaction")
     clock.wrap(accept, "compute_signals", "signals + urgent decision")
-    if hasattr(accept, "repeats_enough"):
-        clock.wrap(accept, "repeats_enough", "signals + urgent decision")
+    if hasattr(accept, "NearDuplicateCount"):  # the urgent check, read only as far as it needs
+        clock.wrap(accept.NearDuplicateCount, "reaches", "signals + urgent decision")
     clock.wrap(accept, "decide", "sampling")
     clock.wrap(event_store, "payload_hash", "identity hash")
     clock.wrap(event_store, "known_payload_hashes", "known-id lookup")

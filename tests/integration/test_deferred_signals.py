@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from service.ingest.deferred import DuplicateRatios, PendingRatio
-from service.ingest.signals import count_near_duplicates
+from service.ingest.signals import NearDuplicateCount, count_near_duplicates
 from service.telemetry.aggregates import Aggregates
 from tests.conftest import wait_for
 
@@ -24,6 +24,19 @@ def _ratio(aggregates: Aggregates, part: str, tenant: str = "t1") -> float:
     )
 
 
+def _pending(tenant: str, texts: tuple[str, ...], passages: int) -> PendingRatio:
+    return PendingRatio(tenant, LABELS, NearDuplicateCount(texts, 0.9), passages)
+
+
+def test_a_count_started_at_ingest_is_finished_from_where_it_stopped() -> None:
+    texts = (TEXT, OTHER, "third words here now", "fourth set of words", TEXT.upper())
+    count = NearDuplicateCount(texts, 0.9)
+    assert not count.reaches(5)  # 3 of 5 needed: settled after three passages
+    assert count.left == 2
+    assert count.total() == count_near_duplicates(texts, 0.9) == 1
+    assert count.left == 0
+
+
 @pytest.fixture
 def aggregates(redis_url: str) -> Aggregates:
     client = redis.Redis.from_url(redis_url)
@@ -34,10 +47,10 @@ def aggregates(redis_url: str) -> Aggregates:
 
 
 def test_a_flush_exports_each_events_ratio_with_its_tenant(aggregates: Aggregates) -> None:
-    ratios = DuplicateRatios(aggregates, 0.9, flush_seconds=3600)
+    ratios = DuplicateRatios(aggregates, flush_seconds=3600)
     texts = (TEXT, TEXT.upper(), OTHER, TEXT + "!")
     assert count_near_duplicates(texts, 0.9) == 2
-    ratios.submit([PendingRatio("t1", LABELS, texts, 4), PendingRatio("t2", LABELS, (OTHER,), 1)])
+    ratios.submit([_pending("t1", texts, 4), _pending("t2", (OTHER,), 1)])
     assert _ratio(aggregates, "count") == 0  # nothing before the flush
     ratios.flush()
     assert _ratio(aggregates, "count") == 1
@@ -48,9 +61,9 @@ def test_a_flush_exports_each_events_ratio_with_its_tenant(aggregates: Aggregate
 
 
 def test_the_thread_exports_without_a_scrape(aggregates: Aggregates) -> None:
-    ratios = DuplicateRatios(aggregates, 0.9, flush_seconds=0.05)
+    ratios = DuplicateRatios(aggregates, flush_seconds=0.05)
     try:
-        ratios.submit([PendingRatio("t1", LABELS, (TEXT, TEXT), 2)])
+        ratios.submit([_pending("t1", (TEXT, TEXT), 2)])
         wait_for(lambda: _ratio(aggregates, "count") == 1, timeout=10)
         assert _ratio(aggregates, "sum") == pytest.approx(0.5)
     finally:
@@ -58,8 +71,8 @@ def test_the_thread_exports_without_a_scrape(aggregates: Aggregates) -> None:
 
 
 def test_a_full_backlog_skips_events_rather_than_growing(aggregates: Aggregates) -> None:
-    ratios = DuplicateRatios(aggregates, 0.9, flush_seconds=3600, capacity=3)
-    ratios.submit([PendingRatio("t1", LABELS, (TEXT,), 1)] * 2)
-    ratios.submit([PendingRatio("t1", LABELS, (TEXT,), 1)] * 5)  # one fits
+    ratios = DuplicateRatios(aggregates, flush_seconds=3600, capacity=3)
+    ratios.submit([_pending("t1", (TEXT,), 1) for _ in range(2)])
+    ratios.submit([_pending("t1", (TEXT,), 1) for _ in range(5)])  # one fits
     ratios.close()  # shutdown exports what waited
     assert _ratio(aggregates, "count") == 3
