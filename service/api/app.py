@@ -51,7 +51,7 @@ def create_app(settings: Settings) -> FastAPI:
         # uvicorn has let the requests in flight finish; whatever is still queued is committed
         # or failed here, before the engine goes.
         state.committer.close()
-        state.ingestor.sender.close()
+        state.ingestor.close()
         responses.stop()
         runtime.engine.dispose()
 

@@ -39,6 +39,7 @@ class AppState:
             runtime.settings.judge_slice_events,
             runtime.settings.judge_gather_seconds,
         )
+        ingestor = Ingestor(runtime, sender)
         metrics_page = MetricsPage(
             runtime.aggregates,
             collectors=(
@@ -47,9 +48,8 @@ class AppState:
                 CachedAgreementGauges(runtime.engine),
                 BudgetGauges(runtime.redis, runtime.settings),
             ),
-            before_scrape=partial(rebuild_if_lost, runtime),
+            before_scrape=lambda: before_scrape(runtime, ingestor),
         )
-        ingestor = Ingestor(runtime, sender)
         group = runtime.settings.max_batch_events
         # PostgreSQL takes concurrent writers, so a second one stores a group while the first
         # waits on the server; SQLite has one write lock, which a second writer would only wait
@@ -65,6 +65,13 @@ class AppState:
             sessions=SessionStore(runtime.redis),
             scrape_token=read_scrape_token(runtime.settings.metrics_token_file),
         )
+
+
+def before_scrape(runtime: Runtime, ingestor: Ingestor) -> None:
+    """What a scrape needs first: this process's pending duplicate ratios exported (so an
+    event accepted before the scrape is in it), and the aggregates rebuilt if Redis lost them."""
+    ingestor.duplicate_ratios.flush()
+    rebuild_if_lost(runtime)
 
 
 def app_state(request: Request) -> AppState:

@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from redis.exceptions import NoScriptError
 from sqlalchemy.exc import IntegrityError
 
 from service.ingest.backpressure import Backpressure
 from service.ingest.counts import IngestCounts, count_rejected
+from service.ingest.deferred import DuplicateRatios, PendingRatio
 from service.ingest.ratelimit import TokenBucket
 from service.ingest.redaction import Redactor
 from service.ingest.sampling import decide
-from service.ingest.signals import Signals, compute_signals, looks_bad
+from service.ingest.signals import NearDuplicateCount, Signals, compute_signals, looks_bad
 from service.queue import TaskSender, urgent_queue
 from service.runtime import Runtime
 from service.schemas import (
@@ -138,16 +140,23 @@ class Triage:
     reason: str  # gold, sampled, unsampled
     urgent: bool
     signals: Signals
+    duplicates: NearDuplicateCount  # read as far as ``urgent`` needed; finished after the answer
 
     @classmethod
     def of(cls, event_id: str, event: EventIn, settings: Settings) -> Triage:
+        texts = [p.text for p in event.passages]
+        k = event.k or len(event.passages)
+        # The near-duplicate count only feeds a histogram: it is made after the answer
+        # (service/ingest/deferred.py). What decides here is whether it reaches looks_bad's
+        # bound, asked only when the answer depends on it and stopped once it is known.
         signals = compute_signals(
-            [p.text for p in event.passages],
+            texts,
             [p.score for p in event.passages],
-            event.k or len(event.passages),
+            k,
             settings.signal_short_passages,
             settings.signal_duplicate_similarity,
             settings.signal_max_compared_passages,
+            count_duplicates=False,
         )
         is_gold = event.gold_passage_ids is not None
         sample = decide(
@@ -158,8 +167,15 @@ class Triage:
             settings.sample_rate,
             settings.sample_rates,
         )
-        urgent = sample.judge and (is_gold or looks_bad(signals))
-        return cls(sample.judge, sample.reason, urgent, signals)
+        duplicates = NearDuplicateCount(
+            texts[:k][: settings.signal_max_compared_passages],
+            settings.signal_duplicate_similarity,
+        )
+        # The same decision as ``sample.judge and (is_gold or looks_bad(full signals))``.
+        urgent = sample.judge and (
+            is_gold or looks_bad(signals) or duplicates.reaches(signals.passages)
+        )
+        return cls(sample.judge, sample.reason, urgent, signals, duplicates)
 
 
 def _initial_states(triage: dict[str, Triage]) -> dict[str, event_store.InitialState]:
@@ -188,7 +204,7 @@ class Ingestor:
         self.runtime = runtime
         self.sender = sender
         self.backpressure = Backpressure(runtime)
-        self._urgent: TaskSender | None = None
+        self.duplicate_ratios = DuplicateRatios(runtime.aggregates)
 
     def admit(self, tenant: str, events: int) -> Refusal | None:
         """Refuse work the service cannot take now; None when the request may proceed."""
@@ -260,6 +276,7 @@ class Ingestor:
         results: list[IngestResult] = []
         new_pks: list[int] = []
         urgent_pks: list[int] = []
+        ratios: list[PendingRatio] = []
         for (event_id, event), outcome in zip(named, stored, strict=True):
             key = (event.app, event.retriever, event.environment or "")
             if outcome.outcome == "accepted":
@@ -268,6 +285,7 @@ class Ingestor:
                 if chosen.judge:
                     (urgent_pks if chosen.urgent else new_pks).append(outcome.pk)
                 counts.accepted(key, chosen.judge, chosen.reason, chosen.signals)
+                ratios.append(PendingRatio(tenant, key, chosen.duplicates, chosen.signals.passages))
                 results.append(IngestResult(event_id=outcome.event_id, status="accepted"))
             elif outcome.outcome == "duplicate":
                 counts.duplicate(key)
@@ -289,20 +307,68 @@ class Ingestor:
         counts.add_to(delta)
         for rejection in rejections:
             count_rejected(delta, rejection.reason, empty_retrieval=rejection.empty_retrieval)
-        self.count(delta)
-        if urgent_pks:
-            self._urgent_sender().send_judge(urgent_pks)
-        if new_pks:
-            self.sender.send_judge(new_pks)
+        self._count_and_enqueue(delta, urgent_pks, new_pks)
+        self.duplicate_ratios.submit(ratios)
         return results
 
-    def _urgent_sender(self) -> TaskSender:
-        if self._urgent is None:
-            broker = str(self.sender.app.conf.broker_url)
-            self._urgent = TaskSender(
-                broker, urgent_queue(self.sender.queue), self.sender.slice_events
+    def close(self) -> None:
+        """Send held judge messages and export the last duplicate ratios (at shutdown)."""
+        self.sender.close()
+        self.duplicate_ratios.close()
+
+    def _count_and_enqueue(self, delta: Delta, urgent_pks: list[int], new_pks: list[int]) -> None:
+        """The counters and the judge messages of one ingest call in one Redis round trip.
+
+        A message the sender would hold to gather it with later ones is handed to the sender;
+        when the broker is another Redis than the counters', each goes its own way.
+        """
+        sender = self.sender
+        pushes: list[tuple[str, list[bytes]]] = []
+        if urgent_pks:
+            queue = urgent_queue(sender.queue)
+            pushes.append((queue, sender.judge_messages(urgent_pks, queue)))
+        if new_pks:
+            if sender.sends_now(new_pks):
+                pushes.append((sender.queue, sender.judge_messages(new_pks)))
+            else:
+                sender.send_judge(new_pks)
+        if sender.broker_url != self.runtime.settings.redis_url:
+            self.count(delta)
+            for queue, messages in pushes:
+                self._push_alone(queue, messages)
+            return
+        try:
+            pipe = self.runtime.redis.pipeline(transaction=False)
+            counted = self.runtime.aggregates.add_in(pipe, delta)
+            for queue, messages in pushes:
+                pipe.lpush(queue, *messages)
+            answers = pipe.execute(raise_on_error=False)
+        except Exception:  # committed already: the counters are rebuilt, the sweeper re-sends
+            log.warning(
+                "could not update ingest counters nor enqueue judging; the sweeper will",
+                exc_info=True,
             )
-        return self._urgent
+            return
+        if counted:
+            if isinstance(answers[0], NoScriptError):  # a restarted Redis: load the script
+                self.count(delta)
+            elif isinstance(answers[0], Exception):
+                log.warning("could not update ingest counters: %s", answers[0])
+            answers = answers[1:]
+        for (queue, messages), answer in zip(pushes, answers, strict=True):
+            if isinstance(answer, Exception):
+                log.warning(
+                    "could not enqueue %d judge message(s) on %s; the sweeper will: %s",
+                    len(messages),
+                    queue,
+                    answer,
+                )
+
+    def _push_alone(self, queue: str, messages: list[bytes]) -> None:
+        try:
+            self.sender.redis.lpush(queue, *messages)
+        except Exception:  # the events are committed; the sweeper re-sends them
+            log.warning("could not enqueue judging on %s; the sweeper will", queue, exc_info=True)
 
     def reject(
         self,

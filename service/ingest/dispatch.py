@@ -35,8 +35,11 @@ class GatheringSender(TaskSender):
         self._closed = False
         self._thread: threading.Thread | None = None
 
+    def sends_now(self, event_pks: Sequence[int]) -> bool:
+        return self.delay_seconds <= 0 or len(event_pks) >= self.slice_events
+
     def send_judge(self, event_pks: Sequence[int]) -> bool:
-        if self.delay_seconds <= 0 or len(event_pks) >= self.slice_events:
+        if self.sends_now(event_pks):
             return super().send_judge(event_pks)
         with self._lock:
             if self._closed:

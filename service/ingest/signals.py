@@ -12,7 +12,7 @@ import functools
 import math
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 _WORD = re.compile(r"\w+")
@@ -36,12 +36,16 @@ class Signals:
     short: bool
     top_score: float | None  # the retriever's score of the first passage
     score_gap: float | None  # top score minus the score of the k-th passage
-    duplicates: int  # top-k passages that nearly repeat a higher-ranked one
+    # Top-k passages that nearly repeat a higher-ranked one; None when not counted at ingest
+    # (the count only feeds a histogram, computed after the answer: service/ingest/deferred.py).
+    duplicates: int | None
     lengths: tuple[int, ...]  # characters of each top-k passage
 
     @property
     def duplicate_ratio(self) -> float | None:
-        return self.duplicates / self.passages if self.passages else None
+        if self.duplicates is None or not self.passages:
+            return None
+        return self.duplicates / self.passages
 
 
 def looks_bad(signals: Signals, duplicate_ratio_bound: float = 0.5) -> bool:
@@ -83,7 +87,70 @@ def jaccard(a: frozenset[int], b: frozenset[int]) -> float:
 
 def count_near_duplicates(texts: Sequence[str], threshold: float) -> int:
     """Passages whose shingles overlap a higher-ranked passage's by at least ``threshold``."""
-    prefixes = [shingle_prefix(text, threshold) for text in texts]
+    return sum(near_duplicate_flags(texts, threshold))
+
+
+def repeats_enough(
+    texts: Sequence[str], threshold: float, passages: int, bound: float = 0.5
+) -> bool:
+    """Whether ``count_near_duplicates(texts, threshold) / passages >= bound``, the condition
+    ``looks_bad`` puts on the duplicate ratio, reading no more passages than the answer needs."""
+    return NearDuplicateCount(texts, threshold).reaches(passages, bound)
+
+
+class NearDuplicateCount:
+    """``count_near_duplicates``, read one passage at a time, so it can stop and go on later.
+
+    Ingest reads only as far as the urgent-queue decision needs (``reaches``): it stops as soon
+    as the count meets the bound, or can no longer meet it with the passages left, so a list
+    with no repeat never has the shingles of its last passages built before the answer. The
+    thread that exports the ratio after the answer finishes the same count (``total``),
+    carrying on from where ingest stopped: no passage is read twice.
+    """
+
+    def __init__(self, texts: Sequence[str], threshold: float) -> None:
+        self._flags = near_duplicate_flags(texts, threshold)
+        self.found = 0
+        self.left = len(texts)
+
+    def reaches(self, passages: int, bound: float = 0.5) -> bool:
+        """Whether the full count, over ``passages``, will be at least ``bound``."""
+        if passages <= 0:
+            return False
+        needed = _smallest_count_meeting(passages, bound)
+        while self.found < needed <= self.found + self.left:
+            self._read_one()
+        return self.found >= needed
+
+    def total(self) -> int:
+        """The full count (reading whatever is left)."""
+        while self.left:
+            self._read_one()
+        return self.found
+
+    def _read_one(self) -> None:
+        self.found += next(self._flags)
+        self.left -= 1
+
+
+def _smallest_count_meeting(passages: int, bound: float) -> int:
+    """The smallest d with ``d / passages >= bound`` (the division ``looks_bad`` makes), or
+    ``passages + 1`` when none can."""
+    needed = max(0, min(passages + 1, math.ceil(bound * passages)))
+    # ceil of a float product can be one off the division's own answer: settle it exactly.
+    while needed > 0 and (needed - 1) / passages >= bound:
+        needed -= 1
+    while needed <= passages and needed / passages < bound:
+        needed += 1
+    return needed
+
+
+def near_duplicate_flags(texts: Sequence[str], threshold: float) -> Iterator[bool]:
+    """For each passage in rank order, whether it nearly repeats a higher-ranked one.
+
+    Lazy: a caller that stops early never builds the shingles of the passages after.
+    """
+    prefixes: list[tuple[int, ...]] = []
     sets: dict[int, frozenset[int]] = {}  # full shingle sets, built only for candidates
 
     def shingle_set(i: int) -> frozenset[int]:
@@ -91,18 +158,21 @@ def count_near_duplicates(texts: Sequence[str], threshold: float) -> int:
             sets[i] = shingles(texts[i])
         return sets[i]
 
-    duplicates = 0
     seen: set[int] = set()  # the prefixes of every passage ranked above the current one
-    for i, prefix in enumerate(prefixes):
+    for i, text in enumerate(texts):
+        prefix = shingle_prefix(text, threshold)
+        prefixes.append(prefix)
         # A passage whose prefix meets no earlier prefix has no near-duplicate above it; only
         # the rest (near-duplicates, and the few passages that share a small shingle by chance)
         # pay for the exact comparison. Empty passages have no prefix and are compared.
         candidate = not prefix or not seen.isdisjoint(prefix)
         seen.update(prefix)
         if not candidate:
+            yield False
             continue
         current = shingle_set(i)
         mine = set(prefix)
+        repeats = False
         for j in range(i):
             if mine and prefixes[j] and mine.isdisjoint(prefixes[j]):
                 continue  # the same argument, pair by pair: B cannot be a near-duplicate of A
@@ -113,9 +183,9 @@ def count_near_duplicates(texts: Sequence[str], threshold: float) -> int:
             if large and small < threshold * large:
                 continue
             if jaccard(current, earlier) >= threshold:
-                duplicates += 1
+                repeats = True
                 break
-    return duplicates
+        yield repeats
 
 
 @functools.lru_cache(maxsize=PREFIX_CACHE_SIZE)
@@ -140,8 +210,12 @@ def compute_signals(
     short_below: int,
     duplicate_similarity: float,
     max_compared: int,
+    count_duplicates: bool = True,
 ) -> Signals:
-    """The signals of one event's ranked passages, of which the first ``k`` reach the prompt."""
+    """The signals of one event's ranked passages, of which the first ``k`` reach the prompt.
+
+    ``count_duplicates=False`` leaves the near-duplicate count (the costly one) out.
+    """
     top = list(texts[:k])
     top_scores = list(scores[:k])
     n = len(top)
@@ -154,6 +228,10 @@ def compute_signals(
         short=n < short_below,
         top_score=top_score,
         score_gap=gap,
-        duplicates=count_near_duplicates(top[:max_compared], duplicate_similarity),
+        duplicates=(
+            count_near_duplicates(top[:max_compared], duplicate_similarity)
+            if count_duplicates
+            else None
+        ),
         lengths=tuple(len(t) for t in top),
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+import orjson
 import psycopg
 from sqlalchemy import func, select, update
 from sqlalchemy import text as sql_text
@@ -40,9 +41,27 @@ def text_hash(text: str) -> str:
 
 
 def payload_hash(event: EventIn) -> str:
-    """Identity of an event's content, to tell a resend from a different event reusing an id."""
+    """Identity of an event's content, to tell a resend from a different event reusing an id.
+
+    SHA-256 of the event's JSON with sorted keys, as orjson writes it: json.dumps of the same
+    body cost 3/4 of this function (its ensure_ascii escaping of 9 KB in Python). Events stored
+    before this form carry ``legacy_payload_hash``; ``same_payload`` accepts either.
+    """
+    body = event.model_dump(mode="json", exclude={"event_id"}, exclude_none=True)
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def legacy_payload_hash(event: EventIn) -> str:
+    """The identity hash events were stored with before ``payload_hash`` used orjson."""
     body = event.model_dump(mode="json", exclude={"event_id"}, exclude_none=True)
     return text_hash(json.dumps(body, sort_keys=True, separators=(",", ":")))
+
+
+def same_payload(stored_hash: str, digest: str, event: EventIn) -> bool:
+    """Whether ``event`` (whose ``payload_hash`` is ``digest``) is the one stored under
+    ``stored_hash``, whichever form that hash has: a resend stays a duplicate across the change.
+    The legacy form is computed only on a mismatch, so only a resend or a conflict pays for it."""
+    return stored_hash == digest or stored_hash == legacy_payload_hash(event)
 
 
 def passage_key(passage_id: str | None, content_hash: str) -> str:
@@ -171,7 +190,8 @@ def insert_events(
         digest = payload_hash(event)
         known_hash = existing.get(event_id) or seen_in_batch.get(event_id)
         if known_hash is not None:
-            outcomes.append((event_id, "duplicate" if known_hash == digest else "conflict"))
+            same = same_payload(known_hash, digest, event)
+            outcomes.append((event_id, "duplicate" if same else "conflict"))
             continue
         state = initial.get(event_id, _PENDING) if initial else _PENDING
         row = _column_names(_event_row(tenant, event_id, event, now))

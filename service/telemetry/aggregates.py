@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from redis import Redis
+from redis.client import Pipeline
 
 from service.telemetry.cardinality import OVERFLOW, LabelSet, LabelSetCap
 from service.telemetry.metrics import FAMILIES, Family
@@ -266,6 +267,22 @@ class Aggregates:
         for key, amount in delta.values.items():
             args.extend([key, amount])
         return bool(self._add_in_epoch(keys=[HASH_KEY, EPOCH_KEY], args=args))
+
+    def add_in(self, pipe: Pipeline, delta: Delta) -> bool:
+        """Queue ``add(delta)`` on ``pipe``, to share a round trip the caller makes anyway.
+
+        The script goes by its SHA only: after a Redis restart its result in the pipeline is a
+        ``NoScriptError``, and the caller calls ``add`` instead (which loads it). False when
+        there was nothing to queue.
+        """
+        if not delta:
+            return False
+        delta = self._bounded(delta)
+        args: list[str | float] = []
+        for key, amount in delta.values.items():
+            args.extend([key, amount])
+        pipe.evalsha(self._add_in_epoch.sha, 2, HASH_KEY, EPOCH_KEY, *args)
+        return True
 
     def force_add(self, delta: Delta) -> None:
         """Apply ``delta`` unconditionally (the rebuild's own totals)."""

@@ -68,6 +68,25 @@ def test_ingest_figures(tmp_path: Path) -> None:
     assert {r["number"] for r in rows} == {1, 2, 7}
 
 
+def test_ingest_profile_has_every_stage(tmp_path: Path) -> None:
+    from tests.benchmarks import profile_ingest
+
+    _redis_or_skip()
+    columns = profile_ingest.profile("sqlite", 100, tmp_path)
+    assert set(columns) == {
+        f"sqlite, {path}, {measure}"
+        for path in ("single", "batch x100")
+        for measure in ("cpu", "wall")
+    }
+    for column in columns.values():
+        assert set(column) == set(profile_ingest.STAGES)
+        # The real functions ran: parsing, storing and committing took time on every path.
+        for stage in ("parse (json.loads)", "event insert", "passage insert", "commit"):
+            assert column[stage] > 0, stage
+    table = profile_ingest.table(columns, "cpu")
+    assert table.count("\n") == len(profile_ingest.STAGES) + 2
+
+
 @pytest.mark.shared_data
 def test_token_figures(tmp_path: Path) -> None:
     if not (shared_data_dir() / "scifact").is_dir():
