@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Generic, TypeVar
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -53,6 +54,7 @@ from service.store.events import utcnow
 log = logging.getLogger(__name__)
 
 NAMESPACE = "retrieval_monitor"
+Figures = TypeVar("Figures")
 LABELS = ("tenant", "judge", "prompt_version")
 DEFAULT_WINDOW = timedelta(hours=24)
 # Enough for a day of gold traffic; a gold set is hand-made and small.
@@ -62,17 +64,19 @@ AGREEMENT_WINDOW = timedelta(days=30)
 
 
 @dataclass(frozen=True)
-class GaugeFamily:
+class GaugeFamily(Generic[Figures]):
+    """One gauge family read off a set of figures (the judge's against gold, the labellers')."""
+
     name: str
     help: str
-    value: Callable[[JudgeCalibration], float]
+    value: Callable[[Figures], float]
 
     @property
     def full_name(self) -> str:
         return f"{NAMESPACE}_{self.name}"
 
 
-GAUGES: tuple[GaugeFamily, ...] = (
+GAUGES: tuple[GaugeFamily[JudgeCalibration], ...] = (
     GaugeFamily(
         "judge_gold_kappa",
         "Cohen's kappa of the judge's relevance labels against gold labels, recent window.",
@@ -96,29 +100,18 @@ GAUGES: tuple[GaugeFamily, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class AgreementGauge:
-    name: str
-    help: str
-    value: Callable[[Agreement], float]
-
-    @property
-    def full_name(self) -> str:
-        return f"{NAMESPACE}_{self.name}"
-
-
-AGREEMENT_GAUGES: tuple[AgreementGauge, ...] = (
-    AgreementGauge(
+AGREEMENT_GAUGES: tuple[GaugeFamily[Agreement], ...] = (
+    GaugeFamily(
         "gold_labeller_kappa",
         "Cohen's kappa between the people labelling gold, over passages of events two labelled.",
         lambda a: a.pooled.kappa,
     ),
-    AgreementGauge(
+    GaugeFamily(
         "gold_labeller_shared_events",
         "Events labelled by two people or more, behind the labellers' kappa.",
         lambda a: float(a.shared_events),
     ),
-    AgreementGauge(
+    GaugeFamily(
         "gold_labeller_disagreements",
         "Events labelled by two people or more who disagree; left out of the gold set.",
         lambda a: float(a.disagreed),
