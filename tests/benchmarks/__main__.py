@@ -1,8 +1,9 @@
 """The benchmark suite: every figure of the performance section, in one command.
 
 ``python -m tests.benchmarks`` (``make bench``) runs ingest, judge tokens, judging, the local
-judge, the scrape and the client library's benchmarks in turn, prints one table (each figure,
-the median of its runs, next to its same-run baseline and their ratio) and writes it to
+judge, the scrape, the client library's and the storage benchmarks in turn, prints one table
+(each figure, the median of its runs, next to its same-run baseline and their ratio) and writes
+it to
 ``bench-results/bench.json`` and ``bench-results/bench.md``. ``--quick`` runs each once on tiny
 inputs (the smoke test uses it).
 Nothing here asserts a timing.
@@ -18,7 +19,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.benchmarks import bench_client, bench_ingest, bench_judging, bench_scrape, bench_tokens
+from tests.benchmarks import (
+    bench_client,
+    bench_ingest,
+    bench_judging,
+    bench_scrape,
+    bench_storage,
+    bench_tokens,
+)
 from tests.benchmarks.common import RESULTS_DIR, Figure, table, write_json
 
 QUICK = {
@@ -50,6 +58,7 @@ QUICK = {
     "scrape": ["--apps", "2", "--retrievers", "2", "--scrapes", "2", "--repeat", "1"],
     "local_judge": ["--passages", "8", "--runs", "1", "--batch-size", "8"],
     "client": ["--events", "2000", "--posts", "20", "--repeat", "1"],
+    "storage": ["--claims", "20", "--rounds", "2"],
 }
 
 
@@ -131,6 +140,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Figure]]] = {
     "local_judge": local_judge,
     "scrape": _module(bench_scrape),
     "client": _module(bench_client),
+    "storage": _module(bench_storage),
 }
 
 

@@ -114,3 +114,14 @@ def test_client_figures(tmp_path: Path) -> None:
     # The service-down run kept half the events and dropped the rest, as its queue allows.
     (down,) = [r for r in rows if "service down, p50" in str(r["name"])]
     assert "dropped 1000" in str(down["note"])
+
+
+@pytest.mark.postgres
+def test_storage_figures(tmp_path: Path) -> None:
+    _postgres_or_skip()
+    rows = _run("storage", tmp_path)
+    assert len(rows) == 4
+    assert all(_has_value(r) and float(r["value"]) > 0 for r in rows)  # type: ignore[arg-type]
+    # Each store's size is beside the old layout's, filled with the same events in the same run.
+    assert all(r["baseline"] and r["ratio"] for r in rows)
+    assert {r["number"] for r in rows} == {9}
