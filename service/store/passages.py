@@ -143,14 +143,14 @@ _RELEASE = sql_text(
 ).bindparams(bindparam("pks", expanding=True))
 
 # Texts the given events referred to that no unreleased reference of the same tenant needs. The
-# NOT EXISTS reads the partial index ix_passages_live_hash.
+# candidates drive the statement (each looked up by the primary key, never a scan of every text),
+# and the NOT EXISTS reads the partial index ix_passages_live_hash.
 _DELETE_UNNEEDED = sql_text(
     """
 DELETE FROM passage_texts
-WHERE EXISTS (
-    SELECT 1 FROM passages p JOIN events e ON e.id = p.event_pk
-    WHERE p.event_pk IN :pks
-      AND e.tenant = passage_texts.tenant AND p.content_hash = passage_texts.content_hash
+WHERE (tenant, content_hash) IN (
+    SELECT e.tenant, p.content_hash FROM passages p JOIN events e ON e.id = p.event_pk
+    WHERE p.event_pk IN :pks AND e.id IN :pks
 )
 AND NOT EXISTS (
     SELECT 1 FROM passages live JOIN events owner ON owner.id = live.event_pk
