@@ -50,10 +50,11 @@ class StoredPassage:
 # --- writing: two statements per commit group, whatever its size --------------------------------
 
 # Texts sorted by hash: two transactions inserting the same new texts take their unique-key locks
-# in one order, so they wait for each other instead of deadlocking.
+# in one order, so they wait for each other instead of deadlocking. The arrays go in binary
+# (%b): the text format escapes every element in Python, which doubled this step's client CPU.
 _TEXTS_INSERT_POSTGRES = (
     "INSERT INTO passage_texts (tenant, content_hash, text) "
-    "SELECT %s, digest, body FROM unnest(%s::varchar[], %s::text[]) AS given(digest, body) "
+    "SELECT %s, digest, body FROM unnest(%b::varchar[], %b::text[]) AS given(digest, body) "
     "ON CONFLICT DO NOTHING"
 )
 _TEXTS_INSERT_SQLITE = (
