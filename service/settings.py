@@ -331,13 +331,15 @@ class Settings(BaseSettings):
     passage_text_storage: Literal["full", "hash_after_judging"] = Field(
         "full",
         description="hash_after_judging: once an event is judged, its passage texts are erased "
-        "and only their SHA-256 is kept.",
+        "and only their SHA-256 is kept (a text shared with an event not yet judged stays for "
+        "that event, and is deleted when no such event is left).",
     )
     retention_days: float = Field(
         0.0,
         ge=0,
         description="After this many days the texts of judged events (query, passages, response) "
-        "are purged and their scores kept (0: keep forever).",
+        "are purged and their scores kept (0: keep forever). A passage text is deleted once no "
+        "event within retention (or still pending) refers to it.",
     )
 
     # --- pipeline timing -----------------------------------------------------------------------

@@ -120,8 +120,8 @@ def postgres_url(postgres_server_url: str) -> str:
     with engine.begin() as conn:
         conn.execute(
             text(
-                "TRUNCATE events, passages, judgments, judge_runs, label_cache, scores, "
-                "local_judge_calibrations CASCADE"
+                "TRUNCATE events, passages, passage_texts, judgments, judge_runs, label_cache, "
+                "scores, local_judge_calibrations CASCADE"
             )
         )
     engine.dispose()

@@ -26,10 +26,10 @@ from service.store.models import (
     EventStatus,
     JudgeRun,
     Judgment,
-    Passage,
     Score,
     table,
 )
+from service.store.passages import PassageRow, StoredPassage, read_passages, store_passages
 
 
 def utcnow() -> datetime:
@@ -132,23 +132,12 @@ def _event_row(tenant: str, event_id: str, event: EventIn, now: datetime) -> dic
     }
 
 
-# The passage columns in the order of the tuples ``_passage_rows`` builds.
-_PASSAGES_COPY = "COPY passages (event_pk, rank, passage_id, text, score, content_hash) FROM STDIN"
-
-
-_PASSAGES_INSERT = (
-    "INSERT INTO passages (event_pk, rank, passage_id, text, score, content_hash) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
-)
-
-
-def _passage_rows(event_pk: int, event: EventIn) -> list[tuple[Any, ...]]:
+def _passage_rows(event_pk: int, event: EventIn) -> list[PassageRow]:
     rows = []
     for rank, passage in enumerate(event.passages, start=1):
         digest = text_hash(passage.text)
-        rows.append(
-            (event_pk, rank, passage_key(passage.id, digest), passage.text, passage.score, digest)
-        )
+        passage_id = passage_key(passage.id, digest)
+        rows.append(PassageRow(event_pk, rank, passage_id, passage.score, digest, passage.text))
     return rows
 
 
@@ -173,8 +162,8 @@ def insert_events(
     """Store new events in one transaction; known ids come back as duplicate or conflict.
 
     A fixed number of round trips whatever the batch size: one lookup of the known ids, the
-    events in one statement (see ``_insert_event_rows``), and the passages in one bulk write
-    (``COPY`` on PostgreSQL, a prepared ``executemany`` on SQLite). ``initial`` gives an
+    events in one statement (see ``_insert_event_rows``), and the passages in two (their new
+    texts, then the references: ``service/store/passages.py``). ``initial`` gives an
     event's status and priority at insert (by event id; pending and normal priority when
     absent).
 
@@ -212,7 +201,7 @@ def insert_events(
             for row, event in zip(new_rows, new_events, strict=True)
             for passage in _passage_rows(pks[row["event_id"]], event)
         ]
-        _bulk_insert_passages(session, passage_rows)
+        store_passages(session, tenant, passage_rows)
     return [
         InsertResult(event_id, outcome, pks.get(event_id) if outcome == "accepted" else None)
         for event_id, outcome in outcomes
@@ -242,26 +231,6 @@ def _insert_event_rows(session: Session, rows: list[dict[str, Any]]) -> dict[str
 _NEXT_EVENT_IDS = sql_text(
     "SELECT nextval(pg_get_serial_sequence('events', 'id')) FROM generate_series(1, :n)"
 )
-
-
-def _bulk_insert_passages(session: Session, rows: list[tuple[Any, ...]]) -> None:
-    """Write passage rows on the session's own connection, inside its transaction.
-
-    Plain tuples straight to the driver: SQLAlchemy's per-row parameter processing was most of
-    the cost of this step, and the columns need no conversion (ints, text, a float).
-    """
-    connection = session.connection()
-    driver = connection.connection.driver_connection
-    if connection.dialect.name == "postgresql":
-        with driver.cursor() as cursor, cursor.copy(_PASSAGES_COPY) as copy:  # type: ignore[union-attr]
-            for row in rows:
-                copy.write_row(row)
-    else:
-        cursor = driver.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.executemany(_PASSAGES_INSERT, rows)
-        finally:
-            cursor.close()
 
 
 def _column_names(row: dict[str, Any]) -> dict[str, Any]:
@@ -385,18 +354,14 @@ def known_payload_hashes(session: Session, tenant: str, event_ids: Sequence[str]
 @dataclass(frozen=True)
 class StoredEvent:
     event: Event
-    passages: list[Passage]
+    passages: list[StoredPassage]
     judgments: dict[int, Judgment]  # by rank, for the judge of the score shown
     run: JudgeRun | None
     score: Score | None
 
 
 def stored_event(session: Session, event: Event) -> StoredEvent:
-    passages = list(
-        session.execute(
-            select(Passage).where(col(Passage.event_pk) == event.id).order_by(col(Passage.rank))
-        ).scalars()
-    )
+    passages = read_passages(session, [event.id]).get(event.id, []) if event.id else []
     score = (
         session.execute(
             select(Score).where(col(Score.event_pk) == event.id).order_by(col(Score.id).desc())

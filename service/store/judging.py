@@ -21,10 +21,10 @@ from service.store.models import (
     JudgeRun,
     Judgment,
     LabelCache,
-    Passage,
     Score,
     table,
 )
+from service.store.passages import read_passages, release_texts
 
 
 @dataclass(frozen=True)
@@ -79,27 +79,14 @@ def load_many_for_judging(session: Session, event_pks: Sequence[int]) -> list[Ev
     by_pk = {event.id: event for event in events}
     if not by_pk:
         return []
-    rows = session.execute(
-        select(
-            col(Passage.event_pk),
-            col(Passage.rank),
-            col(Passage.passage_id),
-            col(Passage.text),
-            col(Passage.content_hash),
-        )
-        .join(Event, col(Event.id) == col(Passage.event_pk))
-        # The events' ids on both sides: with them only on passages, PostgreSQL hash-joins a
-        # sequential scan of every event for each slice.
-        .where(
-            col(Passage.event_pk).in_(list(by_pk)),
-            col(Event.id).in_(list(by_pk)),
-            col(Passage.rank) <= 2 * col(Event.k),
-        )
-        .order_by(col(Passage.event_pk), col(Passage.rank))
-    ).all()
-    passages: dict[int, list[PassageForJudging]] = {pk: [] for pk in by_pk}
-    for event_pk, *passage in rows:
-        passages[event_pk].append(PassageForJudging(*passage))
+    stored = read_passages(session, list(by_pk), judged_window_only=True)
+    passages = {
+        pk: [
+            PassageForJudging(p.rank, p.passage_id, p.text, p.content_hash)
+            for p in stored.get(pk, [])
+        ]
+        for pk in by_pk
+    }
     # In the order asked for: the first of two events needing the same label pays for it.
     ordered = [pk for pk in dict.fromkeys(event_pks) if pk in by_pk]
     return [
@@ -362,15 +349,17 @@ def store_judging_many(
 
 
 def erase_passage_texts(session: Session, event_pks: Sequence[int]) -> None:
-    """Keep only the content hashes of events' passages (hash_after_judging storage)."""
-    if event_pks:
-        session.execute(
-            update(Passage).where(col(Passage.event_pk).in_(list(event_pks))).values(text="")
-        )
+    """Keep only the content hashes of events' passages (hash_after_judging storage): the
+    events read empty texts, and a text no unjudged or retained event needs is deleted."""
+    release_texts(session, event_pks)
 
 
 def purge_texts(session: Session, received_before: datetime, limit: int) -> int:
-    """Erase the texts of judged or failed events received before a moment; scores stay."""
+    """Erase the texts of judged or failed events received before a moment; scores stay.
+
+    A passage text shared with an event still within retention (or still pending) stays for
+    that event; the purged events read it as empty.
+    """
     pks = [
         row[0]
         for row in session.execute(
@@ -385,7 +374,7 @@ def purge_texts(session: Session, received_before: datetime, limit: int) -> int:
     ]
     if pks:
         session.execute(update(Event).where(col(Event.id).in_(pks)).values(query="", response=None))
-        session.execute(update(Passage).where(col(Passage.event_pk).in_(pks)).values(text=""))
+        release_texts(session, pks)
     return len(pks)
 
 

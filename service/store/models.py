@@ -1,7 +1,7 @@
-"""The tables. Each pipeline stage owns one: ingest writes events and passages, the judge writes
-judgments, judge runs and the label cache, scoring writes scores. Schema changes go through Alembic
-(``service/store/migrations``); ``tests/integration/test_migrations.py`` checks the migrations build
-this schema.
+"""The tables. Each pipeline stage owns one: ingest writes events, passages and passage texts,
+the judge writes judgments, judge runs and the label cache, scoring writes scores. Schema changes
+go through Alembic (``service/store/migrations``); ``tests/integration/test_migrations.py``
+checks the migrations build this schema.
 """
 
 from __future__ import annotations
@@ -10,7 +10,17 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, Table, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Column,
+    Index,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+    false,
+)
+from sqlalchemy import text as sql_text
 from sqlmodel import Field, SQLModel
 
 # The tenant of every event sent without an API key (keys off), and of settings that name no tenant.
@@ -61,16 +71,45 @@ class Event(SQLModel, table=True):
 
 
 class Passage(SQLModel, table=True):
-    __tablename__ = "passages"
-    __table_args__ = (UniqueConstraint("event_pk", "rank", name="uq_passages_event_rank"),)
+    """One ranked passage of one event: a reference to its text in ``passage_texts``.
 
-    id: int | None = Field(default=None, primary_key=True)
-    event_pk: int = Field(foreign_key="events.id", index=True)
-    rank: int
+    A retriever returns the same chunks to many queries, so the text is stored once per tenant
+    and content hash; the event keeps its rank, the app's id, the score and the hash.
+    ``text_released``: this event no longer needs the text (judged under hash-only storage, or
+    past retention); the event then reads an empty text, and a text no event still needs is
+    deleted (``service/store/passage_texts.py``). The hash stays, as the label cache's key.
+    """
+
+    __tablename__ = "passages"
+    __table_args__ = (
+        PrimaryKeyConstraint("event_pk", "rank", name="pk_passages"),
+        # Which events still need a text: the purge's one question, asked per hash. Partial,
+        # so a released reference costs no index entry.
+        Index(
+            "ix_passages_live_hash",
+            "content_hash",
+            sqlite_where=sql_text("NOT text_released"),
+            postgresql_where=sql_text("NOT text_released"),
+        ),
+    )
+
+    event_pk: int = Field(foreign_key="events.id", primary_key=True)
+    rank: int = Field(primary_key=True)
     passage_id: str = Field(max_length=200)
-    text: str = Field(sa_column=Column(Text, nullable=False))
     score: float | None = None
     content_hash: str = Field(max_length=64)
+    text_released: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
+
+
+class PassageText(SQLModel, table=True):
+    """A distinct passage text of a tenant, stored once however many events refer to it."""
+
+    __tablename__ = "passage_texts"
+    __table_args__ = (PrimaryKeyConstraint("tenant", "content_hash", name="pk_passage_texts"),)
+
+    tenant: str = Field(max_length=100, primary_key=True)
+    content_hash: str = Field(max_length=64, primary_key=True)
+    text: str = Field(sa_column=Column(Text, nullable=False))
 
 
 class Judgment(SQLModel, table=True):

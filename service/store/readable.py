@@ -7,7 +7,7 @@ Read as they are, such values fail the read itself (SQLite cannot decode them), 
 (PostgreSQL refuses a NUL as a parameter), or the answer (a JSON body cannot carry a lone
 surrogate), so one row would fail every page that lists it. The engine reads every value through
 these functions instead: each such character comes back as U+FFFD, the rest as stored.
-Migration 0009 rewrites the stored values the same way.
+Migration 0008 rewrites the stored values the same way.
 """
 
 from __future__ import annotations

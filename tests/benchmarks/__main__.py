@@ -1,10 +1,10 @@
 """The benchmark suite: every figure of the performance section, in one command.
 
 ``python -m tests.benchmarks`` (``make bench``) runs ingest, judge tokens, judging, the local
-judge, the scrape, the client library's and the shared vectors' benchmarks in turn, prints one
-table (each figure, the median of its runs, next to its same-run baseline and their ratio) and
-writes it to ``bench-results/bench.json`` and ``bench-results/bench.md``. ``--quick`` runs each
-once on tiny inputs (the smoke test uses it).
+judge, the scrape, the client library's, the shared vectors' and the storage benchmarks in turn,
+prints one table (each figure, the median of its runs, next to its same-run baseline and their
+ratio) and writes it to ``bench-results/bench.json`` and ``bench-results/bench.md``. ``--quick``
+runs each once on tiny inputs (the smoke test uses it).
 Nothing here asserts a timing.
 """
 
@@ -23,6 +23,7 @@ from tests.benchmarks import (
     bench_ingest,
     bench_judging,
     bench_scrape,
+    bench_storage,
     bench_tokens,
     bench_vectors,
 )
@@ -60,6 +61,7 @@ QUICK = {
     "local_judge": ["--passages", "8", "--runs", "1", "--batch-size", "8"],
     "client": ["--events", "2000", "--posts", "20", "--repeat", "1"],
     "vectors": ["--events", "3", "--k", "2", "--repeat", "1"],
+    "storage": ["--claims", "20", "--rounds", "2"],
 }
 
 
@@ -142,6 +144,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Figure]]] = {
     "scrape": _module(bench_scrape),
     "client": _module(bench_client),
     "vectors": _module(bench_vectors),
+    "storage": _module(bench_storage),
 }
 
 

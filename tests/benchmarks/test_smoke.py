@@ -142,3 +142,14 @@ def test_vector_figures(tmp_path: Path) -> None:
     assert {r["number"] for r in rows} == {9}
     # Each figure is beside its baseline without shared vectors, from the same run.
     assert all(_has_value(r) and r["baseline"] for r in rows)
+
+
+@pytest.mark.postgres
+def test_storage_figures(tmp_path: Path) -> None:
+    _postgres_or_skip()
+    rows = _run("storage", tmp_path)
+    assert len(rows) == 4
+    assert all(_has_value(r) and float(r["value"]) > 0 for r in rows)  # type: ignore[arg-type]
+    # Each store's size is beside the old layout's, filled with the same events in the same run.
+    assert all(r["baseline"] and r["ratio"] for r in rows)
+    assert {r["number"] for r in rows} == {10}

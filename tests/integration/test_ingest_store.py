@@ -13,7 +13,8 @@ from service.api.app import create_app
 from service.schemas import EventIn
 from service.store.engine import make_engine, session_scope
 from service.store.events import InitialState, insert_events, text_hash, utcnow
-from service.store.models import Event, EventStatus, Passage
+from service.store.models import Event, EventStatus
+from service.store.passages import read_passages
 from tests.conftest import make_settings
 from tests.helpers import make_event
 
@@ -39,11 +40,8 @@ def test_a_batch_stores_every_event_with_its_own_passages(store_url: str) -> Non
             # The key each event got back is its own row's, not a neighbour's.
             assert (row.event_id, row.query, row.tenant) == (event_id, event.query, "t1")
             assert row.passage_count == len(event.passages)
-            passages = session.execute(
-                select(Passage)
-                .where(col(Passage.event_pk) == result.pk)
-                .order_by(col(Passage.rank))
-            ).scalars()
+            assert result.pk is not None
+            passages = read_passages(session, [result.pk])[result.pk]
             got = [(p.rank, p.text, p.score, p.content_hash) for p in passages]
             want = [
                 (rank, p.text, p.score, text_hash(p.text))

@@ -104,9 +104,12 @@ def test_seeded_pii_never_reaches_the_database_logs_or_judge(
     assert EMAIL in controlled
     # hash_after_judging: no passage text is left, the hashes are.
     connection = sqlite3.connect(db)
-    texts = connection.execute("SELECT text, content_hash FROM passages").fetchall()
+    texts = connection.execute("SELECT count(*) FROM passage_texts").fetchone()
+    references = connection.execute("SELECT text_released, content_hash FROM passages").fetchall()
     connection.close()
-    assert all(text == "" and len(digest) == 64 for text, digest in texts)
+    assert texts == (0,)
+    assert len(references) == 3
+    assert all(released and len(digest) == 64 for released, digest in references)
 
 
 def test_retention_purges_texts_and_keeps_scores(
@@ -148,8 +151,12 @@ def test_retention_purges_texts_and_keeps_scores(
         assert new["query"] == make_event()["query"]  # within retention: untouched
     connection = sqlite3.connect(db)
     rows = connection.execute(
-        "SELECT e.event_id, e.response, p.text FROM events e JOIN passages p ON p.event_pk = e.id"
+        "SELECT e.event_id, e.response, p.text_released FROM events e "
+        "JOIN passages p ON p.event_pk = e.id"
     ).fetchall()
+    stored_texts = connection.execute("SELECT count(*) FROM passage_texts").fetchone()
     connection.close()
-    assert {(e, r, t) for e, r, t in rows if e == "old"} == {("old", None, "")}
-    assert all(t for e, _r, t in rows if e == "new")
+    assert {(e, r, released) for e, r, released in rows if e == "old"} == {("old", None, 1)}
+    assert not any(released for e, _r, released in rows if e == "new")
+    # Both events sent the same two texts: they stay stored for the event within retention.
+    assert stored_texts == (2,)

@@ -4,7 +4,7 @@ An older version accepted such values, so a database may hold them. Each is writ
 SQL, bypassing the API, in the form that store really keeps: escapes (``\\u0000``, ``\\ud800``)
 in the JSON columns of both stores, and raw bytes (a NUL, a surrogate's UTF-8-like encoding) in
 SQLite's text columns (PostgreSQL refuses both in text). Every read of the event then answers
-200, and migration 0009 rewrites each such value with U+FFFD, leaving every row in place.
+200, and migration 0008 rewrites each such value with U+FFFD, leaving every row in place.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def test_every_read_of_an_old_hostile_row_answers_200(client: TestClient, store_
         assert body["query"].startswith(f"old {REPLACEMENT} value {REPLACEMENT}")
 
 
-def test_migration_0009_rewrites_hostile_values_and_keeps_every_row(
+def test_migration_0008_rewrites_hostile_values_and_keeps_every_row(
     client: TestClient, store_url: str
 ) -> None:
     store_events(client)

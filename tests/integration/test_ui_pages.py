@@ -196,7 +196,7 @@ def test_events_whose_texts_are_no_longer_kept(
     # What hash-only storage and the retention purge leave: empty texts, grades and scores kept.
     with engine.begin() as conn:
         conn.execute(update(Event).values(query=""))
-        conn.execute(update(Passage).values(text=""))
+        conn.execute(update(Passage).values(text_released=True))
     listing = client.get("/ui/misses").text
     assert set(rows_of(listing)) == {"gold-miss-window", "gold-miss-unsent"}
     assert listing.count("(query text not kept)") == 2

@@ -1,7 +1,7 @@
 """readable text: NUL and lone surrogates stored before the storable check become U+FFFD
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-01 14:00:00.000000
 
 Older versions accepted a NUL or a lone surrogate in any text. PostgreSQL refuses both in text
@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.engine.interfaces import ReflectedColumn
 
-revision: str = "0009"
-down_revision: str | None = "0008"
+revision: str = "0008"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

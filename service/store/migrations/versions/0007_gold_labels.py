@@ -1,7 +1,7 @@
 """gold labels
 
-Revision ID: 0008
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-01 13:55:00.000000
 """
 
@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlmodel.sql import sqltypes
 
-revision: str = "0008"
-down_revision: str | None = "0005"
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,183 @@
+"""The passages aggregate: each distinct passage text stored once per tenant, and each event's
+ranked references to it.
+
+A retriever over a corpus returns the same chunks to many queries, so a text is paid for once:
+``passage_texts`` holds it under (tenant, content hash), and ``passages`` keeps per event only the
+rank, the app's passage id, the score and the hash. Every reader goes through ``read_passages``,
+which gives the text back as if each event kept its own copy.
+
+A reference is released when its event no longer needs the text (judged under hash-only
+storage, or purged after the retention period); the event then reads an empty text, as it did
+when the text was erased in place. A text that no unreleased reference needs is deleted in the
+same transaction (``release_texts``). The race with ingest (a new event referring to a text
+being deleted) is settled by a table lock on PostgreSQL; SQLite has one writer at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import bindparam
+from sqlalchemy import text as sql_text
+from sqlmodel import Session
+
+
+@dataclass(frozen=True)
+class PassageRow:
+    """One ranked passage of one event as ingest writes it."""
+
+    event_pk: int
+    rank: int
+    passage_id: str
+    score: float | None
+    content_hash: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StoredPassage:
+    """One ranked passage as read back; ``text`` is empty once the event released it."""
+
+    event_pk: int
+    rank: int
+    passage_id: str
+    score: float | None
+    content_hash: str
+    text: str
+
+
+# --- writing: two statements per commit group, whatever its size --------------------------------
+
+# Texts sorted by hash: two transactions inserting the same new texts take their unique-key locks
+# in one order, so they wait for each other instead of deadlocking. The arrays go in binary
+# (%b): the text format escapes every element in Python, which doubled this step's client CPU.
+_TEXTS_INSERT_POSTGRES = (
+    "INSERT INTO passage_texts (tenant, content_hash, text) "
+    "SELECT %s, digest, body FROM unnest(%b::varchar[], %b::text[]) AS given(digest, body) "
+    "ON CONFLICT DO NOTHING"
+)
+_TEXTS_INSERT_SQLITE = (
+    "INSERT INTO passage_texts (tenant, content_hash, text) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+)
+_REFERENCES_COPY = "COPY passages (event_pk, rank, passage_id, score, content_hash) FROM STDIN"
+_REFERENCES_INSERT = (
+    "INSERT INTO passages (event_pk, rank, passage_id, score, content_hash) VALUES (?, ?, ?, ?, ?)"
+)
+
+
+def store_passages(session: Session, tenant: str, rows: Sequence[PassageRow]) -> None:
+    """Write new events' passages inside the session's transaction: the texts not yet stored
+    for the tenant, then every reference.
+
+    Two round trips whatever the number of events: the distinct texts in one statement that
+    skips those already stored (INSERT ... ON CONFLICT DO NOTHING), the references in one bulk
+    write (COPY on PostgreSQL, a prepared executemany on SQLite). Plain tuples go straight to
+    the driver: SQLAlchemy's per-row parameter processing was most of the cost of this step.
+    """
+    if not rows:
+        return
+    texts = dict(sorted({row.content_hash: row.text for row in rows}.items()))
+    references = [
+        (row.event_pk, row.rank, row.passage_id, row.score, row.content_hash) for row in rows
+    ]
+    connection = session.connection()
+    driver = connection.connection.driver_connection
+    if connection.dialect.name == "postgresql":
+        with driver.cursor() as cursor:  # type: ignore[union-attr]
+            cursor.execute(_TEXTS_INSERT_POSTGRES, (tenant, list(texts), list(texts.values())))
+            with cursor.copy(_REFERENCES_COPY) as copy:
+                for reference in references:
+                    copy.write_row(reference)
+        return
+    cursor = driver.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.executemany(
+            _TEXTS_INSERT_SQLITE, [(tenant, digest, body) for digest, body in texts.items()]
+        )
+        cursor.executemany(_REFERENCES_INSERT, references)
+    finally:
+        cursor.close()
+
+
+# --- reading: the text as if each event kept its own copy ---------------------------------------
+
+# A released reference (or a text already deleted) reads as an empty text: a purge never breaks
+# a read. The events' ids on both sides of the join: with them only on passages, PostgreSQL
+# hash-joins a sequential scan of every event.
+_READ = """
+SELECT p.event_pk, p.rank, p.passage_id, p.score, p.content_hash, COALESCE(t.text, '')
+FROM passages p
+JOIN events e ON e.id = p.event_pk
+LEFT JOIN passage_texts t
+  ON t.tenant = e.tenant AND t.content_hash = p.content_hash AND NOT p.text_released
+WHERE p.event_pk IN :pks AND e.id IN :pks {window}
+ORDER BY p.event_pk, p.rank
+"""
+_READ_ALL = sql_text(_READ.format(window="")).bindparams(bindparam("pks", expanding=True))
+_READ_JUDGED_WINDOW = sql_text(_READ.format(window="AND p.rank <= 2 * e.k")).bindparams(
+    bindparam("pks", expanding=True)
+)
+
+
+def read_passages(
+    session: Session, event_pks: Sequence[int], judged_window_only: bool = False
+) -> dict[int, list[StoredPassage]]:
+    """The passages of events in rank order, by event key (an event without any: absent).
+
+    ``judged_window_only``: only the ranks the judge reads (the top 2k).
+    """
+    if not event_pks:
+        return {}
+    statement = _READ_JUDGED_WINDOW if judged_window_only else _READ_ALL
+    found: dict[int, list[StoredPassage]] = {}
+    for row in session.execute(statement, {"pks": list(dict.fromkeys(event_pks))}):
+        passage = StoredPassage(row[0], row[1], row[2], row[3], row[4], row[5])
+        found.setdefault(passage.event_pk, []).append(passage)
+    return found
+
+
+# --- releasing: a text lives while an unreleased reference needs it -----------------------------
+
+_RELEASE = sql_text(
+    "UPDATE passages SET text_released = :released WHERE event_pk IN :pks AND text_released = :kept"
+).bindparams(bindparam("pks", expanding=True))
+
+# Texts the given events referred to that no unreleased reference of the same tenant needs. The
+# candidates drive the statement (each looked up by the primary key, never a scan of every text),
+# and the NOT EXISTS reads the partial index ix_passages_live_hash.
+_DELETE_UNNEEDED = sql_text(
+    """
+DELETE FROM passage_texts
+WHERE (tenant, content_hash) IN (
+    SELECT e.tenant, p.content_hash FROM passages p JOIN events e ON e.id = p.event_pk
+    WHERE p.event_pk IN :pks AND e.id IN :pks
+)
+AND NOT EXISTS (
+    SELECT 1 FROM passages live JOIN events owner ON owner.id = live.event_pk
+    WHERE live.content_hash = passage_texts.content_hash AND NOT live.text_released
+      AND owner.tenant = passage_texts.tenant
+)
+"""
+).bindparams(bindparam("pks", expanding=True))
+
+# Ingest inserts texts under ROW EXCLUSIVE, which this mode conflicts with (and readers' ACCESS
+# SHARE does not): once granted, every transaction that may have referred to one of these texts
+# has committed, and the DELETE's snapshot, taken after, sees its references. Ingest waits for
+# the purge's commit at most, and then stores a deleted text again.
+_LOCK_TEXTS = sql_text("LOCK TABLE passage_texts IN SHARE ROW EXCLUSIVE MODE")
+
+
+def release_texts(session: Session, event_pks: Sequence[int]) -> int:
+    """These events no longer need their passage texts: they read empty texts from now on, and
+    each text no other unreleased reference of the tenant needs is deleted. Returns the texts
+    deleted. The hashes stay. The caller commits (soon: on PostgreSQL ingest waits meanwhile).
+    """
+    if not event_pks:
+        return 0
+    pks = list(dict.fromkeys(event_pks))
+    session.execute(_RELEASE, {"pks": pks, "released": True, "kept": False})
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(_LOCK_TEXTS)
+    deleted = session.execute(_DELETE_UNNEEDED, {"pks": pks})
+    return int(deleted.rowcount or 0)  # type: ignore[attr-defined]
