@@ -130,7 +130,7 @@ def instrument(clock: StageClock) -> None:
     clock.wrap(event_store, "payload_hash", "identity hash")
     clock.wrap(event_store, "known_payload_hashes", "known-id lookup")
     clock.wrap(event_store, "insert_events", "event insert")
-    clock.wrap(event_store, "_bulk_insert_passages", "passage insert")
+    clock.wrap(event_store, "store_passages", "passage insert")
     clock.wrap(Session, "commit", "commit")
     clock.wrap(counts.IngestCounts, "accepted", "counters (fold)")
     clock.wrap(counts.IngestCounts, "add_to", "counters (fold)")

@@ -82,6 +82,8 @@ def make_hostile(engine: Engine) -> None:
         if conn.dialect.name != "sqlite":
             return
         for table, column in SQLITE_TEXT_CELLS:
+            if column not in {c["name"] for c in inspect(conn).get_columns(table)}:
+                continue  # a passage's text lives in its own table since migration 0006
             key = "id" if table == "events" else "event_pk"
             raw = b"old \x00 value " + SURROGATE_BYTES + b" " + column.encode()
             conn.execute(
