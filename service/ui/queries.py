@@ -3,7 +3,9 @@ their recorded causes.
 
 A gold miss is an event with gold passage ids none of which is among its top k passages; that is
 decided from the stored passages alone, so it needs no judge and shows even while judging is
-pending or failed. Where an event has several scores (a rejudge), the latest one is shown.
+pending or failed. Gold is the analysis's: the gold people marked after the fact in place of the
+gold an event was sent with, and none where they disagree (``service.store.gold``).
+Where an event has several scores (a rejudge), the latest one is shown.
 """
 
 from __future__ import annotations
@@ -36,7 +38,17 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session, col
 
 from service.measures.catalogue import MEASURE_NAMES, NARROW_LEAD, WIDE_LEAD
-from service.store.models import Event, EventStatus, MissCause, MissCauseKind, Passage, Score, table
+from service.store import gold as gold_store
+from service.store.models import (
+    Event,
+    EventStatus,
+    GoldLabel,
+    MissCause,
+    MissCauseKind,
+    Passage,
+    Score,
+    table,
+)
 from service.ui.filters import PAGE_SIZE, UNCLASSIFIED, EventFilter, TimeWindow, bucket_seconds
 
 
@@ -45,15 +57,6 @@ def _dialect(session: Session) -> str:
 
 
 # --- dialect-specific pieces ----------------------------------------------------------------------
-
-
-def _has_gold(dialect: str) -> ColumnElement[bool]:
-    gold = col(Event.gold_passage_ids)
-    if dialect == "postgresql":
-        # An absent list is stored as JSON null, and json_array_length() rejects a scalar.
-        length = case((func.json_typeof(gold) == "array", func.json_array_length(gold)), else_=0)
-        return length > 0
-    return func.coalesce(func.json_array_length(gold), 0) > 0
 
 
 # Escapes that PostgreSQL cannot turn into text (json_array_elements_text fails the whole query
@@ -78,24 +81,112 @@ def _pg_textable(document: Any) -> Any:
     return case((as_text.op("~")(_PG_SUSPECT), cast(cleaned, JSON)), else_=document)
 
 
-def _gold_reached(dialect: str) -> ColumnElement[bool]:
-    """True when a gold passage id is among the event's top k passages."""
-    gold = col(Event.gold_passage_ids)
-    ids: Any
+def _json_length_above_zero(dialect: str, document: Any) -> ColumnElement[bool]:
+    if dialect == "postgresql":
+        # An absent list is stored as JSON null, and json_array_length() rejects a scalar.
+        length = case(
+            (func.json_typeof(document) == "array", func.json_array_length(document)), else_=0
+        )
+        return length > 0
+    return func.coalesce(func.json_array_length(document), 0) > 0
+
+
+def _json_strings(dialect: str, document: Any, name: str) -> Any:
+    """The strings of a JSON list column, as a table with one ``value`` column."""
     if dialect == "postgresql":
         safe = case(
-            (func.json_typeof(gold) == "array", _pg_textable(gold)),
+            (func.json_typeof(document) == "array", _pg_textable(document)),
             else_=cast(literal("[]"), JSON),
         )
-        ids = func.json_array_elements_text(safe).table_valued("value").alias("gold_ids")
-    else:
-        ids = func.json_each(gold).table_valued("value").alias("gold_ids")
+        return func.json_array_elements_text(safe).table_valued("value").alias(name)
+    return func.json_each(document).table_valued("value").alias(name)
+
+
+def _in_prompt(ids: Any) -> ColumnElement[bool]:
+    """True when one of ``ids`` (a table of passage ids) is among the event's top k passages."""
     return exists(
         select(literal(1))
         .select_from(Passage)
         .join(ids, col(Passage.passage_id) == ids.c.value)
         .where(col(Passage.event_pk) == col(Event.id), col(Passage.rank) <= col(Event.k))
     )
+
+
+# --- gold: labels over the gold sent with the event -----------------------------------------------
+#
+# The rule of service.store.gold (``consensus``), as conditions on ``events`` so that a page of
+# misses is counted and paged by the database: an event somebody labelled takes its labellers'
+# gold when they all agree (same outcome, same set of passages) and that outcome marks passages;
+# labellers who differ take the event out of the gold set; an event nobody labelled keeps the gold
+# it was sent with. tests/integration/test_misses_labelled.py holds these conditions to
+# ``consensus`` on both stores.
+
+
+def _labelled() -> ColumnElement[bool]:
+    return exists().where(col(GoldLabel.event_pk) == col(Event.id))
+
+
+def _labellers_differ(dialect: str) -> ColumnElement[bool]:
+    """Two labels of the event with different outcomes, or a passage one marks and the other
+    does not (every ordered pair is tried, so an extra passage on either side shows)."""
+    one, other = aliased(GoldLabel), aliased(GoldLabel)
+    mine = _json_strings(dialect, col(one.passage_ids), "mine")
+    theirs = _json_strings(dialect, col(other.passage_ids), "theirs")
+    unmatched = exists(
+        select(literal(1))
+        .select_from(mine)
+        .where(
+            ~exists(select(literal(1)).select_from(theirs).where(theirs.c.value == mine.c.value))
+        )
+    )
+    return exists(
+        select(literal(1))
+        .select_from(one)
+        .join(other, col(other.event_pk) == col(one.event_pk))
+        .where(
+            col(one.event_pk) == col(Event.id),
+            or_(col(one.outcome) != col(other.outcome), unmatched),
+        )
+    )
+
+
+def _label_marks_passages(dialect: str) -> ColumnElement[bool]:
+    label = aliased(GoldLabel)
+    return exists(
+        select(literal(1)).where(
+            col(label.event_pk) == col(Event.id),
+            col(label.outcome).in_(sorted(gold_store.MARKS_PASSAGES)),
+            _json_length_above_zero(dialect, col(label.passage_ids)),
+        )
+    )
+
+
+def _label_gold_reached(dialect: str) -> ColumnElement[bool]:
+    label = aliased(GoldLabel)
+    ids = _json_strings(dialect, col(label.passage_ids), "label_ids")
+    return exists(
+        select(literal(1)).where(
+            col(label.event_pk) == col(Event.id),
+            col(label.outcome).in_(sorted(gold_store.MARKS_PASSAGES)),
+            _in_prompt(ids),
+        )
+    )
+
+
+def _has_gold(dialect: str) -> ColumnElement[bool]:
+    """True when the event is a gold question: sent with gold nobody relabelled, or labelled
+    with passages by labellers who agree."""
+    labelled = _labelled()
+    sent = _json_length_above_zero(dialect, col(Event.gold_passage_ids))
+    agreed = and_(labelled, ~_labellers_differ(dialect), _label_marks_passages(dialect))
+    return or_(and_(~labelled, sent), agreed)
+
+
+def _gold_reached(dialect: str) -> ColumnElement[bool]:
+    """True when a gold passage (as ``_has_gold`` takes it) is among the event's top k; only
+    meaningful together with ``_has_gold``, which rules the disagreements out."""
+    sent = _in_prompt(_json_strings(dialect, col(Event.gold_passage_ids), "gold_ids"))
+    return or_(and_(~_labelled(), sent), _label_gold_reached(dialect))
 
 
 def _epoch_seconds(dialect: str, moment: Any) -> ColumnElement[float]:
@@ -548,11 +639,13 @@ def next_unclassified_miss(
 
 
 def gold_ranks(session: Session, event_pks: Sequence[int]) -> dict[int, dict[str, int]]:
-    """For each event, the rank at which each of its gold passages was sent (absent: not sent)."""
+    """For each event, the rank at which each of its gold passages (labels over the gold sent,
+    as ``_has_gold`` takes them) was sent (absent: not sent)."""
     if not event_pks:
         return {}
+    labels = gold_store.labels_of(session, event_pks)
     gold_by_event = {
-        pk: set(ids or [])
+        pk: set(gold_store.consensus(ids, None, labels.get(pk, [])).gold_passage_ids or [])
         for pk, ids in session.execute(
             select(col(Event.id), col(Event.gold_passage_ids)).where(
                 col(Event.id).in_(list(event_pks))
