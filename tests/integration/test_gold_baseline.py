@@ -30,8 +30,21 @@ from tests.integration.test_gold_export import gold_export
 K = 2
 NEXT_APP = "next-retriever"
 SEED = 7  # the replay's default seed, which names its event ids
-ANIMALS = ("otter", "heron", "badger", "marten", "plover", "stoat")
-ANIMALS += ("vole", "curlew", "shrew", "egret", "lynx", "ibex", "newt")
+ANIMALS = [
+    "otter",
+    "heron",
+    "badger",
+    "marten",
+    "plover",
+    "stoat",
+    "vole",
+    "curlew",
+    "shrew",
+    "egret",
+    "lynx",
+    "ibex",
+    "newt",
+]
 
 
 @pytest.fixture
