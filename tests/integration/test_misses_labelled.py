@@ -145,7 +145,14 @@ def test_the_conditions_agree_with_consensus(
     with TestClient(ui_app(settings)) as client:
         for n in range(60):
             sent = chance.sample(ids, chance.randint(0, 2)) or None
-            body = make_event(f"e{n}", n=4, k=2, query=f"question {n}", gold_passage_ids=sent)
+            # Each event its own order and cut, so that a passage reaching one event's prompt
+            # says nothing about another's.
+            body = make_event(
+                f"e{n}", n=4, k=chance.randint(1, 3), query=f"question {n}", gold_passage_ids=sent
+            )
+            order = chance.sample(ids, len(ids))
+            for passage, passage_id in zip(body["passages"], order, strict=True):
+                passage["id"] = passage_id
             assert client.post("/v1/events", json=body).status_code == 202
             for who in chance.sample(["ann", "bob", "cy"], chance.choice([0, 1, 2, 2, 3])):
                 outcome = chance.choice(list(GoldOutcome))
