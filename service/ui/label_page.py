@@ -5,26 +5,36 @@ The window is made absolute on the first visit (a redirect), so the address name
 the same address draws the same events again. Labels are saved through the gold API
 (``POST /v1/events/{id}/gold``) by ``static/label.js``; the page itself only reads. Judge grades
 are not shown while labelling, so they cannot sway the person the judge is checked against.
+
+Who labels is the API key behind the login. Without keys every caller is the same anonymous
+one, so the page asks for a name instead ("you are"), keeps it in a cookie and sends it as the
+gold API's ``labeller``: two people labelling the same sample stay two labellers, and their
+agreement can be measured. With keys the key's identity wins and the name is not asked.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qs, quote, unquote, urlencode
 
-from fastapi import APIRouter, Request, status
+from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from service.analysis.gold_queue import QueueState, queue_state
 from service.analysis.window import parse_span, resolve_window
 from service.api.deps import PageCaller, StateDep
+from service.api.gold import labeller_of
+from service.api.keys import Principal
+from service.schemas import MAX_LABELLER_CHARS
+from service.storable import text_problem
 from service.store import events as event_store
 from service.store import gold as gold_store
 from service.store.analysis import EventWindow
 from service.store.engine import session_scope
 from service.store.models import GoldOutcome
 from service.ui import views
+from service.ui.auth import cross_site, safe_next
 from service.ui.pages import _page
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -32,7 +42,9 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 DEFAULT_SINCE = "7d"
 DEFAULT_TARGET = 50
 MAX_TARGET = 2000
-ANONYMOUS_LABELLER = "anonymous"  # the labeller without keys, as the gold API names it
+LABELLER_COOKIE = "rm_labeller"
+LABELLER_COOKIE_SECONDS = 365 * 24 * 3600
+MAX_NAME_FORM = 4096
 
 # The keys of the page, also listed on it and in docs/ui.md.
 OUTCOME_KEYS = {
@@ -114,7 +126,8 @@ def label_page(request: Request, state: StateDep, caller: PageCaller) -> Respons
         asked = request.query_params.get("event")
         pinned = address.query(event=asked) if asked else address.query()
         return RedirectResponse(f"/ui/label?{pinned}", status_code=status.HTTP_303_SEE_OTHER)
-    labeller = caller.labeller or ANONYMOUS_LABELLER
+    name = named_labeller(request, caller)
+    labeller = labeller_of(caller, name)[0]
     window = EventWindow(
         address.since,
         address.until,
@@ -161,7 +174,66 @@ def label_page(request: Request, state: StateDep, caller: PageCaller) -> Respons
         ),
         outcome_keys=OUTCOME_KEYS,
         correct_keys=CORRECT_KEYS,
+        ask_name=caller.labeller is None,
+        labeller_name=name or "",
+        max_name=MAX_LABELLER_CHARS,
+        here=f"/ui/label?{request.url.query}",
     )
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a labeller, or None when it can."""
+    if len(name) > MAX_LABELLER_CHARS:
+        return f"a name is at most {MAX_LABELLER_CHARS} characters"
+    problem = text_problem(name)
+    return None if problem is None else f"the name {problem}"
+
+
+def named_labeller(request: Request, caller: Principal) -> str | None:
+    """The name the browser's cookie gives, when there is no key to say who labels."""
+    if caller.labeller is not None:
+        return None
+    raw = request.cookies.get(LABELLER_COOKIE)
+    if not raw:
+        return None
+    name = unquote(raw).strip()
+    # A cookie is the browser's to change: one that does not fit is ignored, not trusted.
+    return name if name and name_problem(name) is None else None
+
+
+@router.post("/label/labeller")
+async def set_labeller(request: Request, caller: PageCaller) -> Response:
+    """Keep the name typed in "you are" in a cookie and go back to the queue; an empty name
+    forgets it (labels are then anonymous)."""
+    if caller.labeller is not None:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, detail="the API key says who labels; no name is taken"
+        )
+    if cross_site(request):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="cross-site request refused")
+    body = await request.body()
+    if len(body) > MAX_NAME_FORM:
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, detail="name form too large")
+    fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=4)
+    name = (fields.get("name") or [""])[0].strip()
+    problem = name_problem(name)
+    if problem is not None:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=problem)
+    response = RedirectResponse(
+        safe_next((fields.get("back") or [""])[0]), status_code=status.HTTP_303_SEE_OTHER
+    )
+    if name:
+        response.set_cookie(
+            LABELLER_COOKIE,
+            quote(name, safe=""),
+            max_age=LABELLER_COOKIE_SECONDS,
+            path="/ui",
+            httponly=True,
+            samesite="strict",
+        )
+    else:
+        response.delete_cookie(LABELLER_COOKIE, path="/ui", httponly=True, samesite="strict")
+    return response
 
 
 @dataclass(frozen=True)

@@ -514,6 +514,48 @@ def test_labelling_queue_by_keyboard(
         watched.close()
 
 
+def test_two_named_labellers_without_keys(
+    browser: Browser, tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    """No API keys: Ann and Bob, each in a browser of their own, type their name in "you are"
+    and label the same two events by keyboard; they agree on one and differ on the other, and
+    the agreement names them both (kappa 1/3, as in test_labelling_queue_by_keyboard)."""
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url)
+    with UiServer(settings) as server:
+        for i in range(2):
+            event = make_event(f"ask-{i}", n=4, k=2, query=f"question {i}")
+            assert httpx.post(f"{server.url}/v1/events", json=event).status_code == 202
+        labelled: dict[str, dict[str, str]] = {}
+        for name, keys in (("Ann", ("1", "1")), ("Bob", ("1", "2"))):
+            watched = Watched(browser, server.url)
+            page = watched.page
+            page.goto(f"{server.url}/ui/label?seed=3&target=2")
+            page.wait_for_url(re.compile(r"/ui/label\?since=.*until=.*seed=3&target=2"))
+            # Typing the name presses letters and digits the queue would take as its keys.
+            page.fill("#labeller-name", "")
+            page.type("#labeller-name", name)
+            before = page.url
+            page.press("#labeller-name", "Enter")
+            page.wait_for_load_state()
+            assert page.url == before
+            assert page.locator("#labeller-name").input_value() == name
+            assert page.locator('input[name="passage"]:checked').count() == 0
+            labelled[name] = {}
+            for key in keys:
+                labelled[name][label_by_keys(page, key)] = f"d{key}"
+            assert page.locator("#queue-done").is_visible()
+            watched.check_clean()
+            watched.close()
+        agreement = httpx.get(f"{server.url}/v1/gold/agreement", params={"since": "1d"}).json()
+    assert set(labelled["Ann"]) == set(labelled["Bob"]) == {"ask-0", "ask-1"}
+    (pair,) = agreement["pairs"]
+    assert (pair["first"], pair["second"]) == ("name:Ann", "name:Bob")
+    # The queue's order is the same for both: one event marked d1 by both, one d1 against d2.
+    assert pair["table"] == [[1, 1], [1, 5]]
+    assert agreement["pooled"]["kappa"] == pytest.approx(1 / 3)
+
+
 @pytest.mark.skipif(
     not os.environ.get("RM_UI_SCREENSHOTS_DIR"), reason="set RM_UI_SCREENSHOTS_DIR to write them"
 )

@@ -59,6 +59,10 @@
     if (verdict === "true" || verdict === "false") {
       out.answer_correct = verdict === "true";
     }
+    // Without API keys the "you are" name says who labels (with keys the key does).
+    if (form.dataset.labeller) {
+      out.labeller = form.dataset.labeller;
+    }
     return out;
   }
 
@@ -157,6 +161,9 @@
   document.addEventListener("keydown", (event) => {
     if (event.altKey || event.ctrlKey || event.metaKey || event.defaultPrevented) {
       return;
+    }
+    if (event.target.closest && event.target.closest("#labeller-form")) {
+      return; // typing the "you are" name: keys are letters, Enter keeps the name
     }
     const typing = event.target === missing;
     if (typing) {
