@@ -158,7 +158,8 @@ _RELEASE = sql_text(
 
 # Texts the given events referred to that no unreleased reference of the same tenant needs. The
 # candidates drive the statement (each looked up by the primary key, never a scan of every text),
-# and the NOT EXISTS reads the partial index ix_passages_live_hash.
+# and the NOT EXISTS reads the partial index ix_passages_live_hash: through its key (the hash's
+# first 16 hex digits, spelled exactly as the index is), then the whole hash.
 _DELETE_UNNEEDED = sql_text(
     """
 DELETE FROM passage_texts
@@ -168,7 +169,8 @@ WHERE (tenant, content_hash) IN (
 )
 AND NOT EXISTS (
     SELECT 1 FROM passages live JOIN events owner ON owner.id = live.event_pk
-    WHERE live.content_hash = passage_texts.content_hash AND NOT live.text_released
+    WHERE substr(live.content_hash, 1, 16) = substr(passage_texts.content_hash, 1, 16)
+      AND live.content_hash = passage_texts.content_hash AND NOT live.text_released
       AND owner.tenant = passage_texts.tenant
 )
 """

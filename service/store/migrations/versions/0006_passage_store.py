@@ -140,7 +140,7 @@ def upgrade() -> None:
     op.create_index(
         "ix_passages_live_hash",
         "passages",
-        ["content_hash"],
+        [sa.text("substr(content_hash, 1, 16)")],
         unique=False,
         sqlite_where=sa.text("NOT text_released"),
         postgresql_where=sa.text("NOT text_released"),
