@@ -14,6 +14,7 @@ from sqlalchemy import (
     JSON,
     Column,
     Index,
+    LargeBinary,
     PrimaryKeyConstraint,
     Table,
     Text,
@@ -77,17 +78,19 @@ class Passage(SQLModel, table=True):
     and content hash; the event keeps its rank, the app's id, the score and the hash.
     ``text_released``: this event no longer needs the text (judged under hash-only storage, or
     past retention); the event then reads an empty text, and a text no event still needs is
-    deleted (``service/store/passage_texts.py``). The hash stays, as the label cache's key.
+    deleted (``service/store/passages.py``). The hash stays, as the label cache's key.
     """
 
     __tablename__ = "passages"
     __table_args__ = (
         PrimaryKeyConstraint("event_pk", "rank", name="pk_passages"),
         # Which events still need a text: the purge's one question, asked per hash. Partial,
-        # so a released reference costs no index entry.
+        # so a released reference costs no index entry; keyed on the hash's first 16 hex digits
+        # (64 bits, the full hash compared after), which made SQLite's ingest cheaper than the
+        # whole hash did. A query uses it only when it spells the key the same way.
         Index(
             "ix_passages_live_hash",
-            "content_hash",
+            sql_text("substr(content_hash, 1, 16)"),
             sqlite_where=sql_text("NOT text_released"),
             postgresql_where=sql_text("NOT text_released"),
         ),
@@ -102,14 +105,18 @@ class Passage(SQLModel, table=True):
 
 
 class PassageText(SQLModel, table=True):
-    """A distinct passage text of a tenant, stored once however many events refer to it."""
+    """A distinct passage text of a tenant, stored once however many events refer to it.
+
+    ``body``: the text in the form ``service.store.passage_body`` writes (one format byte, then
+    its UTF-8, zlib-compressed when that is shorter); read it through ``read_passages``.
+    """
 
     __tablename__ = "passage_texts"
     __table_args__ = (PrimaryKeyConstraint("tenant", "content_hash", name="pk_passage_texts"),)
 
     tenant: str = Field(max_length=100, primary_key=True)
     content_hash: str = Field(max_length=64, primary_key=True)
-    text: str = Field(sa_column=Column(Text, nullable=False))
+    body: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
 
 class Judgment(SQLModel, table=True):

@@ -3,8 +3,9 @@ ranked references to it.
 
 A retriever over a corpus returns the same chunks to many queries, so a text is paid for once:
 ``passage_texts`` holds it under (tenant, content hash), and ``passages`` keeps per event only the
-rank, the app's passage id, the score and the hash. Every reader goes through ``read_passages``,
-which gives the text back as if each event kept its own copy.
+rank, the app's passage id, the score and the hash. The text is kept compressed when that saves
+bytes (``service.store.passage_body``). Every reader goes through ``read_passages``, which gives
+the text back as if each event kept its own copy.
 
 A reference is released when its event no longer needs the text (judged under hash-only
 storage, or purged after the retention period); the event then reads an empty text, as it did
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam
 from sqlalchemy import text as sql_text
 from sqlmodel import Session
+
+from service.store.passage_body import decode_body, encode_body
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,12 @@ class StoredPassage:
 # in one order, so they wait for each other instead of deadlocking. The arrays go in binary
 # (%b): the text format escapes every element in Python, which doubled this step's client CPU.
 _TEXTS_INSERT_POSTGRES = (
-    "INSERT INTO passage_texts (tenant, content_hash, text) "
-    "SELECT %s, digest, body FROM unnest(%b::varchar[], %b::text[]) AS given(digest, body) "
+    "INSERT INTO passage_texts (tenant, content_hash, body) "
+    "SELECT %s, digest, body FROM unnest(%b::varchar[], %b::bytea[]) AS given(digest, body) "
     "ON CONFLICT DO NOTHING"
 )
 _TEXTS_INSERT_SQLITE = (
-    "INSERT INTO passage_texts (tenant, content_hash, text) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+    "INSERT INTO passage_texts (tenant, content_hash, body) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
 )
 _REFERENCES_COPY = "COPY passages (event_pk, rank, passage_id, score, content_hash) FROM STDIN"
 _REFERENCES_INSERT = (
@@ -74,10 +77,15 @@ def store_passages(session: Session, tenant: str, rows: Sequence[PassageRow]) ->
     skips those already stored (INSERT ... ON CONFLICT DO NOTHING), the references in one bulk
     write (COPY on PostgreSQL, a prepared executemany on SQLite). Plain tuples go straight to
     the driver: SQLAlchemy's per-row parameter processing was most of the cost of this step.
+    Each distinct text is encoded (compressed) once per commit group, stored or not: telling
+    which are new would cost another round trip.
     """
     if not rows:
         return
-    texts = dict(sorted({row.content_hash: row.text for row in rows}.items()))
+    texts = {
+        digest: encode_body(body)
+        for digest, body in sorted({row.content_hash: row.text for row in rows}.items())
+    }
     references = [
         (row.event_pk, row.rank, row.passage_id, row.score, row.content_hash) for row in rows
     ]
@@ -106,7 +114,7 @@ def store_passages(session: Session, tenant: str, rows: Sequence[PassageRow]) ->
 # a read. The events' ids on both sides of the join: with them only on passages, PostgreSQL
 # hash-joins a sequential scan of every event.
 _READ = """
-SELECT p.event_pk, p.rank, p.passage_id, p.score, p.content_hash, COALESCE(t.text, '')
+SELECT p.event_pk, p.rank, p.passage_id, p.score, p.content_hash, t.body
 FROM passages p
 JOIN events e ON e.id = p.event_pk
 LEFT JOIN passage_texts t
@@ -131,8 +139,13 @@ def read_passages(
         return {}
     statement = _READ_JUDGED_WINDOW if judged_window_only else _READ_ALL
     found: dict[int, list[StoredPassage]] = {}
+    # Events of one batch share texts: each distinct body is decompressed once.
+    decoded: dict[bytes | None, str] = {None: ""}
     for row in session.execute(statement, {"pks": list(dict.fromkeys(event_pks))}):
-        passage = StoredPassage(row[0], row[1], row[2], row[3], row[4], row[5])
+        body = None if row[5] is None else bytes(row[5])
+        if body not in decoded:
+            decoded[body] = decode_body(body)
+        passage = StoredPassage(row[0], row[1], row[2], row[3], row[4], decoded[body])
         found.setdefault(passage.event_pk, []).append(passage)
     return found
 
@@ -145,7 +158,8 @@ _RELEASE = sql_text(
 
 # Texts the given events referred to that no unreleased reference of the same tenant needs. The
 # candidates drive the statement (each looked up by the primary key, never a scan of every text),
-# and the NOT EXISTS reads the partial index ix_passages_live_hash.
+# and the NOT EXISTS reads the partial index ix_passages_live_hash: through its key (the hash's
+# first 16 hex digits, spelled exactly as the index is), then the whole hash.
 _DELETE_UNNEEDED = sql_text(
     """
 DELETE FROM passage_texts
@@ -155,7 +169,8 @@ WHERE (tenant, content_hash) IN (
 )
 AND NOT EXISTS (
     SELECT 1 FROM passages live JOIN events owner ON owner.id = live.event_pk
-    WHERE live.content_hash = passage_texts.content_hash AND NOT live.text_released
+    WHERE substr(live.content_hash, 1, 16) = substr(passage_texts.content_hash, 1, 16)
+      AND live.content_hash = passage_texts.content_hash AND NOT live.text_released
       AND owner.tenant = passage_texts.tenant
 )
 """

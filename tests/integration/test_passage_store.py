@@ -5,6 +5,7 @@ safe against an ingest of the same text while a purge deletes it."""
 from __future__ import annotations
 
 import threading
+import zlib
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from service.store.engine import make_engine, session_scope
 from service.store.events import insert_events, stored_event, text_hash, utcnow
 from service.store.judging import erase_passage_texts, load_many_for_judging, purge_texts
 from service.store.models import Event, EventStatus, PassageText
+from service.store.passage_body import PLAIN, ZLIB
 from service.store.passages import read_passages
 from tests.conftest import wait_for
 
@@ -233,4 +235,46 @@ def test_many_events_sharing_texts_read_back_in_rank_order(store_url: str) -> No
     pks = _insert(engine, "t1", batch)
     assert _texts_of(engine, pks) == batch
     assert _stored_texts(engine) == len(CORPUS)
+    engine.dispose()
+
+
+# An abstract's worth of prose compresses; so does non-ASCII prose (with an astral character).
+# A short text does not: zlib's header and checksum alone are longer than it.
+COMPRESSIBLE = [
+    " ".join(
+        f"sentence {i} of an abstract about protein folding and its assays." for i in range(20)
+    ),
+    " ".join(f"Résumé {i}: la protéine se replie ✓, 蛋白质折叠 🧬." for i in range(20)),
+]
+INCOMPRESSIBLE = ["ü✓ 🧬", "tiny"]
+
+
+def _bodies(engine: Engine) -> dict[str, bytes]:
+    with session_scope(engine) as session:
+        rows = session.execute(text("SELECT content_hash, body FROM passage_texts")).all()
+    return {digest: bytes(body) for digest, body in rows}
+
+
+def test_a_text_is_stored_compressed_when_that_is_shorter_and_reads_back_identical(
+    store_url: str,
+) -> None:
+    engine = make_engine(store_url)
+    texts = COMPRESSIBLE + INCOMPRESSIBLE
+    pks = _insert(engine, "t1", {"a": texts, "b": texts[::-1]}, with_ids=False)
+    bodies = _bodies(engine)
+    assert len(bodies) == len(texts)  # each text stored once, however many events send it
+    for body in COMPRESSIBLE:
+        stored = bodies[text_hash(body)]
+        assert stored[:1] == ZLIB
+        assert len(stored) < len(body.encode("utf-8")) * 0.6
+        assert zlib.decompress(stored[1:]) == body.encode("utf-8")
+    for body in INCOMPRESSIBLE:
+        assert bodies[text_hash(body)] == PLAIN + body.encode("utf-8")
+    read = _texts_of(engine, pks)
+    assert read == {"a": texts, "b": texts[::-1]}
+    assert [t.encode("utf-8") for t in read["a"]] == [t.encode("utf-8") for t in texts]
+    # The judge reads the same texts.
+    with session_scope(engine) as session:
+        (loaded,) = load_many_for_judging(session, [pks["a"]])
+    assert [p.text for p in loaded.passages] == texts[: len(loaded.passages)]
     engine.dispose()

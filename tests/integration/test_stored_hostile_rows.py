@@ -3,13 +3,17 @@
 An older version accepted such values, so a database may hold them. Each is written here with
 SQL, bypassing the API, in the form that store really keeps: escapes (``\\u0000``, ``\\ud800``)
 in the JSON columns of both stores, and raw bytes (a NUL, a surrogate's UTF-8-like encoding) in
-SQLite's text columns (PostgreSQL refuses both in text). Every read of the event then answers
-200, and migration 0008 rewrites each such value with U+FFFD, leaving every row in place.
+SQLite's text columns (PostgreSQL refuses both in text). A passage text is stored as bytes
+(``service.store.passage_body``), plain or compressed, which can hold the same bytes on both
+stores. Every read of the event then answers 200, and the migrations rewrite each such value
+with U+FFFD, leaving every row in place: 0008 in the text and JSON columns, 0006 in the passage
+texts it compresses.
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +21,13 @@ from typing import Any
 import pytest
 from alembic import command
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, create_engine, inspect, text
+from sqlalchemy import Connection, Engine, LargeBinary, create_engine, inspect, text
 
 from service.api.app import create_app
+from service.store.engine import make_engine, session_scope
 from service.store.migrate import alembic_config, upgrade
+from service.store.passage_body import PLAIN, ZLIB
+from service.store.passages import read_passages
 from tests.conftest import make_settings
 from tests.helpers import make_event
 from tests.integration.test_storable_input import assert_everything_reads
@@ -35,8 +42,9 @@ SQLITE_TEXT_CELLS = (
     ("events", "environment"),
     ("events", "response"),
     ("passages", "passage_id"),
-    ("passages", "text"),
 )
+# An old version's passage text, as raw bytes.
+HOSTILE_PASSAGE = b"old \x00 value " + SURROGATE_BYTES + b" text"
 
 
 def hostile_json() -> dict[str, str]:
@@ -79,17 +87,47 @@ def make_hostile(engine: Engine) -> None:
                 text(f'UPDATE events SET "{column}" = {target} WHERE id = :pk'),
                 {"value": value, "pk": pk},
             )
+        columns = {c["name"] for c in inspect(conn).get_columns("passages")}
+        if "text" not in columns:  # the passage store: a body of bytes on both stores
+            make_hostile_passage_bodies(conn, pk)
         if conn.dialect.name != "sqlite":
             return
-        for table, column in SQLITE_TEXT_CELLS:
-            if column not in {c["name"] for c in inspect(conn).get_columns(table)}:
-                continue  # a passage's text lives in its own table since migration 0006
+        cells = SQLITE_TEXT_CELLS + ((("passages", "text"),) if "text" in columns else ())
+        for table, column in cells:
             key = "id" if table == "events" else "event_pk"
-            raw = b"old \x00 value " + SURROGATE_BYTES + b" " + column.encode()
+            raw = HOSTILE_PASSAGE if column == "text" else b"old \x00 value " + SURROGATE_BYTES
             conn.execute(
                 text(f"UPDATE {table} SET {column} = CAST(:raw AS TEXT) WHERE {key} = :pk"),
-                {"raw": raw, "pk": pk},
+                {"raw": raw + (b"" if column == "text" else b" " + column.encode()), "pk": pk},
             )
+
+
+def make_hostile_passage_bodies(conn: Connection, pk: int) -> None:
+    """The event's first passage text compressed, its second plain, both the old bytes."""
+    hashes = conn.execute(
+        text("SELECT content_hash FROM passages WHERE event_pk = :pk ORDER BY rank LIMIT 2"),
+        {"pk": pk},
+    ).scalars()
+    for digest, body in zip(
+        hashes, (ZLIB + zlib.compress(HOSTILE_PASSAGE), PLAIN + HOSTILE_PASSAGE), strict=True
+    ):
+        conn.execute(
+            text("UPDATE passage_texts SET body = :body WHERE content_hash = :digest"),
+            {"body": body, "digest": digest},
+        )
+
+
+def passage_texts(store_url: str, event_id: str) -> list[str]:
+    """The event's passage texts in rank order, as the service reads them."""
+    engine = make_engine(store_url)
+    try:
+        with session_scope(engine) as session:
+            pk = session.execute(
+                text("SELECT id FROM events WHERE event_id = :id"), {"id": event_id}
+            ).scalar_one()
+            return [p.text for p in read_passages(session, [pk])[pk]]
+    finally:
+        engine.dispose()
 
 
 def unclean_cells(engine: Engine) -> list[tuple[str, str]]:
@@ -99,10 +137,15 @@ def unclean_cells(engine: Engine) -> list[tuple[str, str]]:
         for table in inspect(conn).get_table_names():
             for column in inspect(conn).get_columns(table):
                 name = column["name"]
-                if conn.dialect.name == "sqlite":
+                if isinstance(column["type"], LargeBinary):
+                    # Bytes, not text: what matters is the text they hold.
+                    bodies = conn.execute(text(f'SELECT "{name}" FROM {table}')).scalars()
+                    if any(not _clean_utf8(_passage_text(bytes(b))) for b in bodies):
+                        found.append((table, name))
+                elif conn.dialect.name == "sqlite":
                     cells = conn.execute(text(f'SELECT CAST("{name}" AS BLOB) FROM {table}'))
                     raw = [c for (c,) in cells if isinstance(c, bytes)]
-                    if any(not _strict_utf8(c) or b"\x00" in c for c in raw):
+                    if any(not _clean_utf8(c) for c in raw):
                         found.append((table, name))
                 if name in JSON_COLUMNS.get(table, ()):
                     texts = conn.execute(text(f'SELECT CAST("{name}" AS TEXT) FROM {table}'))
@@ -111,12 +154,17 @@ def unclean_cells(engine: Engine) -> list[tuple[str, str]]:
     return found
 
 
-def _strict_utf8(raw: bytes) -> bool:
+def _clean_utf8(raw: bytes) -> bool:
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError:
         return False
-    return True
+    return b"\x00" not in raw
+
+
+def _passage_text(body: bytes) -> bytes:
+    """The bytes of the text a passage body holds, decoded without any repair."""
+    return zlib.decompress(body[1:]) if body[:1] == ZLIB else body[1:]
 
 
 def _json_unclean(document: str) -> bool:
@@ -145,7 +193,8 @@ def test_every_read_of_an_old_hostile_row_answers_200(client: TestClient, store_
     engine = create_engine(store_url)
     try:
         make_hostile(engine)
-        assert unclean_cells(engine)  # the rows really hold what an old version stored
+        # The rows really hold what an old version stored.
+        assert ("passage_texts", "body") in unclean_cells(engine)
         assert_everything_reads(client, {"clean", "hostile"})
         body = client.get("/v1/events/hostile").json()
     finally:
@@ -154,6 +203,11 @@ def test_every_read_of_an_old_hostile_row_answers_200(client: TestClient, store_
     assert body["gold_passage_ids"] == ["d1", f"g{REPLACEMENT}old", REPLACEMENT]
     if store_url.startswith("sqlite"):
         assert body["query"].startswith(f"old {REPLACEMENT} value {REPLACEMENT}")
+    # The compressed passage and the plain one alike.
+    assert (
+        passage_texts(store_url, "hostile")[:2]
+        == [f"old {REPLACEMENT} value {REPLACEMENT * 3} text"] * 2
+    )
 
 
 def test_migration_0008_rewrites_hostile_values_and_keeps_every_row(
@@ -169,9 +223,15 @@ def test_migration_0008_rewrites_hostile_values_and_keeps_every_row(
         before = counts(engine)
         unclean = unclean_cells(engine)
         assert ("events", "gold_passage_ids") in unclean
+        if store_url.startswith("sqlite"):
+            assert ("passages", "text") in unclean
         upgrade(store_url)
+        # Every passage body too holds clean text: 0006 cleaned each text it compressed.
         assert unclean_cells(engine) == []
         assert counts(engine) == before
+        if store_url.startswith("sqlite"):
+            text_read = passage_texts(store_url, "hostile")[0]
+            assert text_read == f"old {REPLACEMENT} value {REPLACEMENT * 3} text"
         with engine.connect() as conn:
             gold = conn.execute(
                 text("SELECT CAST(gold_passage_ids AS TEXT) FROM events WHERE event_id = 'hostile'")

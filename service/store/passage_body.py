@@ -1,0 +1,49 @@
+"""How a passage text is kept in ``passage_texts.body``: one format byte, then the payload.
+
+Each distinct text is compressed once, when it is first stored, and only when that saves bytes
+(a short or already dense text is kept as its UTF-8). PostgreSQL compresses only values over
+about 2 kB on its own and SQLite never does, while a retriever's chunks are mostly shorter: a
+corpus of abstracts takes about half the space this way. Readers pay one decompression per
+distinct text they read.
+
+Migration 0006 writes the same form with its own copy of these rules (a migration must not change
+when this module does); tests/integration/test_passage_store.py reads its output through here.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from service.store.readable import readable_text
+
+PLAIN = b"u"  # the text's UTF-8
+ZLIB = b"z"  # the text's UTF-8, zlib-compressed
+# zlib's default level, a balance of size and ingest time.
+LEVEL = 6
+
+
+def encode_body(text: str) -> bytes:
+    """The stored form of a text: compressed when that is shorter, else plain."""
+    raw = text.encode("utf-8")
+    packed = zlib.compress(raw, LEVEL)
+    return ZLIB + packed if len(packed) < len(raw) else PLAIN + raw
+
+
+def decode_body(body: bytes | None) -> str:
+    """The text of a stored form; None (no text stored, or released) reads as an empty text.
+
+    Tolerant as every read is (``service.store.readable``): bytes that are not UTF-8, and NULs,
+    come back as U+FFFD; a body that cannot be decompressed reads as U+FFFD too, never an error.
+    """
+    if not body:
+        return ""
+    kind, payload = body[:1], bytes(body[1:])
+    if kind == ZLIB:
+        try:
+            payload = zlib.decompress(payload)
+        except zlib.error:
+            return "\ufffd"
+    elif kind != PLAIN:
+        # Not a form this version writes: the whole value as text, as a plain column would read.
+        payload = bytes(body)
+    return readable_text(payload)
