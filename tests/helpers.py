@@ -138,3 +138,8 @@ def make_key(settings: Settings, tenant: str) -> str:
         session.commit()
     engine.dispose()
     return key
+
+
+def bearer(key: str) -> dict[str, str]:
+    """The header that presents an API key."""
+    return {"Authorization": f"Bearer {key}"}

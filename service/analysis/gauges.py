@@ -195,9 +195,40 @@ def gauge_families(calibrations: Mapping[str, Sequence[JudgeCalibration]]) -> li
     return families
 
 
-class CachedCalibrationGauges(Collector):
-    """``calibration_gauges`` recomputed at most every ``ttl_seconds``: a scrape every 15 s
-    should not re-read a day of gold judgments each time, and the figures move slowly."""
+class _CachedGauges(Collector):
+    """Gauge families read from the database at most every ``ttl_seconds``: a scrape every 15 s
+    should not re-read days of gold judgments and labels each time, and the figures move slowly.
+    A failed read keeps the last figures (a scrape must not fail for it) and is tried again after
+    the ttl."""
+
+    what = "gauges"
+
+    def __init__(self, engine: Engine, *, ttl_seconds: float = 60.0) -> None:
+        self.engine = engine
+        self.ttl_seconds = ttl_seconds
+        self._lock = threading.Lock()
+        self._expires = 0.0
+        self._families: list[Metric] = []
+
+    def read(self, session: Session) -> list[Metric]:
+        raise NotImplementedError
+
+    def collect(self) -> list[Metric]:
+        with self._lock:
+            if time.monotonic() >= self._expires:
+                self._expires = time.monotonic() + self.ttl_seconds
+                try:
+                    with session_scope(self.engine) as session:
+                        self._families = self.read(session)
+                except SQLAlchemyError:
+                    log.warning("%s not refreshed", self.what, exc_info=True)
+            return list(self._families)
+
+
+class CachedCalibrationGauges(_CachedGauges):
+    """``calibration_gauges`` (the judge against each tenant's gold), cached."""
+
+    what = "judge calibration gauges"
 
     def __init__(
         self,
@@ -207,54 +238,24 @@ class CachedCalibrationGauges(Collector):
         window: timedelta = DEFAULT_WINDOW,
         tenant: str | None = None,
     ) -> None:
-        self.engine = engine
-        self.ttl_seconds = ttl_seconds
+        super().__init__(engine, ttl_seconds=ttl_seconds)
         self.window = window
         self.tenant = tenant
-        self._lock = threading.Lock()
-        self._expires = 0.0
-        self._families: list[Metric] = []
 
     def describe(self) -> list[Metric]:
         return gauge_families({})
 
-    def collect(self) -> list[Metric]:
-        with self._lock:
-            if time.monotonic() >= self._expires:
-                self._expires = time.monotonic() + self.ttl_seconds
-                try:
-                    with session_scope(self.engine) as session:
-                        self._families = calibration_gauges(
-                            session, window=self.window, tenant=self.tenant
-                        )
-                except SQLAlchemyError:
-                    # A failed read must not fail the whole scrape: keep the last figures and
-                    # try again after the ttl.
-                    log.warning("judge calibration gauges not refreshed", exc_info=True)
-            return list(self._families)
+    def read(self, session: Session) -> list[Metric]:
+        return calibration_gauges(session, window=self.window, tenant=self.tenant)
 
 
-class CachedAgreementGauges(Collector):
-    """The labellers' agreement gauges (``AGREEMENT_GAUGES``), recomputed at most every
-    ``ttl_seconds``, like the judge's."""
+class CachedAgreementGauges(_CachedGauges):
+    """The labellers' agreement gauges (``AGREEMENT_GAUGES``), cached."""
 
-    def __init__(self, engine: Engine, *, ttl_seconds: float = 60.0) -> None:
-        self.engine = engine
-        self.ttl_seconds = ttl_seconds
-        self._lock = threading.Lock()
-        self._expires = 0.0
-        self._families: list[Metric] = []
+    what = "labeller agreement gauges"
 
     def describe(self) -> list[Metric]:
         return agreement_families({})
 
-    def collect(self) -> list[Metric]:
-        with self._lock:
-            if time.monotonic() >= self._expires:
-                self._expires = time.monotonic() + self.ttl_seconds
-                try:
-                    with session_scope(self.engine) as session:
-                        self._families = agreement_families(labeller_agreements(session))
-                except SQLAlchemyError:
-                    log.warning("labeller agreement gauges not refreshed", exc_info=True)
-            return list(self._families)
+    def read(self, session: Session) -> list[Metric]:
+        return agreement_families(labeller_agreements(session))

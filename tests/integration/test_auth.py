@@ -16,7 +16,7 @@ from service.api.keys import CACHE_SECONDS, key_hash
 from service.settings import Settings
 from service.store.migrate import upgrade
 from tests.conftest import make_settings, settings_env
-from tests.helpers import make_event
+from tests.helpers import bearer, make_event
 from tests.paths import REPO_ROOT
 
 
@@ -44,10 +44,6 @@ def auth_settings(tmp_path: Path, sqlite_url: str, redis_url: str) -> Settings:
 def auth_client(auth_settings: Settings) -> Iterator[TestClient]:
     with TestClient(create_app(auth_settings)) as client:
         yield client
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def test_keys_are_stored_only_as_hashes(auth_settings: Settings) -> None:

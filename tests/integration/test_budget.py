@@ -32,8 +32,8 @@ from service.store.models import Event
 from service.telemetry.cardinality import LabelSet, LabelSetCap
 from tests.conftest import WorkerFactory, processes_that_judged, wait_for
 from tests.fake_llm.fixture import FakeLLM
-from tests.helpers import make_event
-from tests.integration.test_metrics_tenants import add_key, bearer
+from tests.helpers import bearer, make_event
+from tests.integration.test_metrics_tenants import add_key
 
 ESTIMATE = 100  # tokens reserved per call; the real use is at most this
 LIMIT = 5_000

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from service.settings import Settings
 from service.store.engine import make_engine
 from tests.conftest import make_settings
-from tests.helpers import judge, make_event, make_key, ui_app
+from tests.helpers import bearer, judge, make_event, make_key, ui_app
 
 
 @pytest.fixture
@@ -27,10 +27,6 @@ def keyed(tmp_path: Path, store_url: str, redis_url: str) -> Settings:
 def api(keyed: Settings) -> Iterator[TestClient]:
     with TestClient(ui_app(keyed)) as client:
         yield client
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def post_gold(api: TestClient, key: str, event_id: str, **body: Any) -> Any:

@@ -21,7 +21,7 @@ from service.store.events import utcnow
 from service.telemetry.cardinality import OVERFLOW
 from service.telemetry.metrics import SHARED_FAMILIES
 from tests.conftest import WorkerFactory, make_settings, wait_for
-from tests.helpers import make_event
+from tests.helpers import bearer, make_event
 from tests.integration.test_pipeline import wait_status
 from tests.paths import REPO_ROOT
 
@@ -36,10 +36,6 @@ def add_key(settings: Settings, tenant: str, admin: bool = False) -> str:
         session.commit()
     engine.dispose()
     return key
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def series(**labels: str) -> str:

@@ -22,7 +22,7 @@ from service.store.models import GoldOutcome
 from service.ui import queries as page_store
 from service.ui.filters import parse_filter
 from tests.conftest import make_settings
-from tests.helpers import make_event, make_key, ui_app
+from tests.helpers import bearer, make_event, make_key, ui_app
 
 
 @pytest.fixture
@@ -34,10 +34,6 @@ def keyed(tmp_path: Path, store_url: str, redis_url: str) -> Settings:
 def api(keyed: Settings) -> Iterator[TestClient]:
     with TestClient(ui_app(keyed)) as client:
         yield client
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def send(api: TestClient, key: str, event_id: str, **extra: Any) -> None:
