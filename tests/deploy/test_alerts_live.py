@@ -377,6 +377,8 @@ def live_settings(tmp_path: Path, fake_llm: FakeLLM) -> Iterator[Settings]:
         judge_model=JUDGE,
         judge_max_retries=0,
         judge_timeout_seconds=5,
+        # A cap far above the test's use, so the budget-left panel has a series to show.
+        budget_overrides={APP: {"tokens_per_day": 1e12}},
     )
     client.flushdb()
     client.close()
