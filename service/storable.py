@@ -17,6 +17,7 @@ value at every depth, so a field added later is covered without a rule of its ow
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 MAX_NESTING = 32
@@ -33,6 +34,8 @@ def text_problem(value: str) -> str | None:
     """Why ``value`` cannot be stored as text, or None when it can."""
     if "\x00" in value:
         return "contains a NUL character"
+    if value.isascii():  # no surrogate possible; spares encoding a copy of every text
+        return None
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -53,6 +56,53 @@ def _child(where: str, name: str) -> str:
 
 def check_body(value: object, where: str = "", depth: int = 0) -> None:
     """Raise NotStorableError for the first key or value at any depth no store can keep."""
+    # Every body is walked on ingest; nearly all pass. The quick walk builds no path names and
+    # makes no call per string; the walk below, which names where the problem is, runs only
+    # when the quick one finds one (or meets a type it leaves to it).
+    if not _plainly_storable(value, depth):
+        _check_body(value, where, depth)
+
+
+def _plainly_storable(value: object, depth: int) -> bool:
+    """True when ``_check_body`` would pass ``value``; False when it may not."""
+    if depth > MAX_NESTING:
+        return False
+    children: Iterable[object]
+    if type(value) is str:
+        return text_problem(value) is None
+    if type(value) is dict:
+        if not all(type(key) is str and text_problem(key) is None for key in value):
+            return False
+        children = value.values()
+    elif type(value) is list:
+        children = value
+    else:
+        return _plain_scalar(value)
+    if value and depth + 1 > MAX_NESTING:
+        return False
+    for child in children:
+        if type(child) is str:
+            if text_problem(child) is not None:
+                return False
+        elif type(child) is dict or type(child) is list:
+            if not _plainly_storable(child, depth + 1):
+                return False
+        elif not _plain_scalar(child):
+            return False
+    return True
+
+
+def _plain_scalar(value: object) -> bool:
+    if value is None or type(value) is bool:
+        return True
+    if type(value) is int:
+        return -_INT64 <= value < _INT64
+    if type(value) is float:
+        return math.isfinite(value)
+    return False
+
+
+def _check_body(value: object, where: str = "", depth: int = 0) -> None:
     if depth > MAX_NESTING:
         raise NotStorableError(
             f"{where or 'the body'} is nested more than {MAX_NESTING} levels deep"
@@ -74,10 +124,10 @@ def check_body(value: object, where: str = "", depth: int = 0) -> None:
             name = str(key)
             if isinstance(key, str):
                 check_text(key, f"the key {key[:40]!a} of {where or 'the body'}")
-            check_body(item, _child(where, name[:40]), depth + 1)
+            _check_body(item, _child(where, name[:40]), depth + 1)
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            check_body(item, f"{where}[{index}]", depth + 1)
+            _check_body(item, f"{where}[{index}]", depth + 1)
 
 
 def nesting_depth(value: object) -> int:

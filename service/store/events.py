@@ -14,12 +14,12 @@ from typing import Any, Literal
 import orjson
 import psycopg
 from sqlalchemy import func, select, update
-from sqlalchemy import text as sql_text
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlmodel import Session, col
 
 from service.schemas import EventIn, FeedbackIn
 from service.storable import text_problem
+from service.store.event_rows import insert_new_events
 from service.store.lookups import lookup_each, unnest_keys
 from service.store.models import (
     Event,
@@ -27,7 +27,6 @@ from service.store.models import (
     JudgeRun,
     Judgment,
     Score,
-    table,
 )
 from service.store.passages import PassageRow, StoredPassage, read_passages, store_passages
 
@@ -161,76 +160,74 @@ def insert_events(
 ) -> list[InsertResult]:
     """Store new events in one transaction; known ids come back as duplicate or conflict.
 
-    A fixed number of round trips whatever the batch size: one lookup of the known ids, the
-    events in one statement (see ``_insert_event_rows``), and the passages in two (their new
-    texts, then the references: ``service/store/passages.py``). ``initial`` gives an
-    event's status and priority at insert (by event id; pending and normal priority when
-    absent).
+    A fixed number of round trips whatever the batch size: the events in one statement that
+    skips the ids already stored (``service/store/event_rows.py``), the stored hashes of those
+    ids when there are any, and the passages in two (their texts, then the references:
+    ``service/store/passages.py``). An id repeated in ``events`` is stored once, as its first
+    occurrence. ``initial`` gives an event's status and priority at insert (by event id;
+    pending and normal priority when absent).
 
-    The caller commits. A concurrent insert of the same id surfaces as IntegrityError at insert
-    or commit time; ``insert_events_one_by_one`` resolves that case.
+    The caller commits.
     """
-    existing = known_payload_hashes(session, tenant, [event_id for event_id, _ in events])
-    outcomes: list[tuple[str, IngestOutcome]] = []
-    new_rows: list[dict[str, Any]] = []
-    new_events: list[EventIn] = []
-    seen_in_batch: dict[str, str] = {}
+    digests: dict[str, str] = {}  # each id's first occurrence in this call
+    rows: list[dict[str, Any]] = []
+    firsts: dict[str, EventIn] = {}
+    ordered: list[tuple[str, EventIn, str]] = []
     for event_id, event in events:
         digest = payload_hash(event)
-        known_hash = existing.get(event_id) or seen_in_batch.get(event_id)
-        if known_hash is not None:
-            same = same_payload(known_hash, digest, event)
-            outcomes.append((event_id, "duplicate" if same else "conflict"))
+        ordered.append((event_id, event, digest))
+        if event_id in digests:
             continue
-        state = initial.get(event_id, _PENDING) if initial else _PENDING
-        row = _column_names(_event_row(tenant, event_id, event, now))
-        row["payload_hash"] = digest
-        if state.skip_reason is not None:
-            row["status"] = EventStatus.SKIPPED.value
-        row["skip_reason"] = None if state.skip_reason is None else state.skip_reason[:32]
-        row["priority"] = state.priority
-        seen_in_batch[event_id] = digest
-        new_rows.append(row)
-        new_events.append(event)
-        outcomes.append((event_id, "accepted"))
-    pks: dict[str, int] = {}
-    if new_rows:
-        pks = _insert_event_rows(session, new_rows)
-        passage_rows = [
-            passage
-            for row, event in zip(new_rows, new_events, strict=True)
-            for passage in _passage_rows(pks[row["event_id"]], event)
-        ]
-        store_passages(session, tenant, passage_rows)
-    return [
-        InsertResult(event_id, outcome, pks.get(event_id) if outcome == "accepted" else None)
-        for event_id, outcome in outcomes
-    ]
+        digests[event_id] = digest
+        firsts[event_id] = event
+        rows.append(_new_row(tenant, event_id, event, now, digest, initial))
+    pks = insert_new_events(session, rows)
+    # Ids that did not come back were stored before (or by a transaction that committed while
+    # this one waited): their hashes tell a resend from a different event.
+    known = [event_id for event_id in digests if event_id not in pks]
+    stored_hashes = known_payload_hashes(session, tenant, known) if known else {}
+    missing = [event_id for event_id in known if event_id not in stored_hashes]
+    if missing:  # skipped for a row that was deleted since: not stored, so not acknowledged
+        raise IntegrityError("INSERT ... ON CONFLICT DO NOTHING", missing, LookupError(missing))
+    if pks:
+        store_passages(
+            session,
+            tenant,
+            [
+                passage
+                for event_id, key in pks.items()
+                for passage in _passage_rows(key, firsts[event_id])
+            ],
+        )
+    results: list[InsertResult] = []
+    counted: set[str] = set()
+    for event_id, event, digest in ordered:
+        if event_id in pks and event_id not in counted:
+            counted.add(event_id)
+            results.append(InsertResult(event_id, "accepted", pks[event_id]))
+            continue
+        reference = stored_hashes.get(event_id) or digests[event_id]
+        same = same_payload(reference, digest, event)
+        results.append(InsertResult(event_id, "duplicate" if same else "conflict", None))
+    return results
 
 
-def _insert_event_rows(session: Session, rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Insert event rows in one round trip; their keys by event id."""
-    events_table = table(Event)
-    if session.get_bind().dialect.name == "postgresql":
-        # Keys from the sequence first, then a plain executemany (psycopg pipelines it). A
-        # multi-row INSERT ... RETURNING is one statement too, but psycopg re-parses its ~2,000
-        # placeholders on every batch (it caches only short statements): twice the CPU.
-        keys = session.execute(_NEXT_EVENT_IDS, {"n": len(rows)}).scalars().all()
-        for row, key in zip(rows, keys, strict=True):
-            row["id"] = key
-        session.execute(events_table.insert(), rows)
-        return {row["event_id"]: row["id"] for row in rows}
-    # SQLite: one multi-row INSERT ... RETURNING (SQLAlchemy's insertmanyvalues). Keys are
-    # matched by event id: asking for parameter order makes SQLAlchemy insert row by row.
-    inserted = session.execute(
-        events_table.insert().returning(events_table.c.id, events_table.c.event_id), rows
-    )
-    return {event_id: pk for pk, event_id in inserted}
-
-
-_NEXT_EVENT_IDS = sql_text(
-    "SELECT nextval(pg_get_serial_sequence('events', 'id')) FROM generate_series(1, :n)"
-)
+def _new_row(
+    tenant: str,
+    event_id: str,
+    event: EventIn,
+    now: datetime,
+    digest: str,
+    initial: Mapping[str, InitialState] | None,
+) -> dict[str, Any]:
+    state = initial.get(event_id, _PENDING) if initial else _PENDING
+    row = _column_names(_event_row(tenant, event_id, event, now))
+    row["payload_hash"] = digest
+    if state.skip_reason is not None:
+        row["status"] = EventStatus.SKIPPED.value
+    row["skip_reason"] = None if state.skip_reason is None else state.skip_reason[:32]
+    row["priority"] = state.priority
+    return row
 
 
 def _column_names(row: dict[str, Any]) -> dict[str, Any]:

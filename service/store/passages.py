@@ -77,8 +77,8 @@ def store_passages(session: Session, tenant: str, rows: Sequence[PassageRow]) ->
     skips those already stored (INSERT ... ON CONFLICT DO NOTHING), the references in one bulk
     write (COPY on PostgreSQL, a prepared executemany on SQLite). Plain tuples go straight to
     the driver: SQLAlchemy's per-row parameter processing was most of the cost of this step.
-    Each distinct text is encoded (compressed) once per commit group, stored or not: telling
-    which are new would cost another round trip.
+    Each distinct text is encoded once per commit group, stored or not (telling which are new
+    would cost another round trip); the forms of recent texts are kept (``encode_body``).
     """
     if not rows:
         return
