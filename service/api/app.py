@@ -16,6 +16,7 @@ from service.api.body_limit import BodyLimitMiddleware, InflightBudget
 from service.api.docs import add_docs
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
 from service.api.state import AppState
+from service.heap import freeze_startup_objects
 from service.ingest.accept import empty_retrieval_labels
 from service.runtime import Runtime
 from service.settings import Settings
@@ -47,6 +48,7 @@ def create_app(settings: Settings) -> FastAPI:
         warn_if_statistics_go_stale(runtime.engine)
         responses.start()
         state.committer.start()
+        freeze_startup_objects()
         yield
         # uvicorn has let the requests in flight finish; whatever is still queued is committed
         # or failed here, before the engine goes.

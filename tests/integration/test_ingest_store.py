@@ -214,9 +214,10 @@ def test_a_batch_costs_a_fixed_number_of_round_trips(store_url: str, size: int) 
         session.commit()
     engine.dispose()
     if store_url.startswith("postgresql"):
-        # The events' pipelined INSERT and its closing sync, the texts, the references' COPY.
+        # BEGIN (the driver opens the transaction with its first statement), the events'
+        # INSERT, the texts, the references' COPY.
         assert len(new) == 4
-        assert len(again) == 3  # the INSERT skipping every row and its sync, the lookup
+        assert len(again) == 3  # BEGIN, the INSERT skipping every row, the lookup of hashes
     else:
         event_inserts = [s for s in new if s == "INSERT INTO events"]
         assert event_inserts == ["INSERT INTO events"]
