@@ -3,9 +3,10 @@
 The real API (``serve --no-worker``, one process and ``--workers 2``) on SQLite and on a fresh
 PostgreSQL database, with a real Celery worker of 2 processes judging against the test's
 OpenAI-compatible server, receives single events (``POST /v1/events``, the bodies of
-``bench_ingest.event``) at a steady rate (default 100/s) from 4 client threads, each event sent
-at its own moment (a late thread catches up rather than drifting). Figures, p50 and p95 over
-every accepted event of a run:
+``bench_ingest.event``) at a steady rate (default 100/s) from 16 client threads, each event sent
+at its own moment (a late thread catches up rather than drifting; 16, not bench_judging's 4, so
+that answers of ~100 ms on a loaded machine still leave room for 100 events/s). Figures, p50 and
+p95 over every accepted event of a run:
 
 (a) counter lag: from an event's send to the first scrape whose
     ``retrieval_monitor_events_accepted_total`` (summed over its series) shows it;
@@ -18,18 +19,26 @@ every accepted event of a run:
 Method for (a) and (b). One scraper thread polls /metrics every ~25 ms (start to start) over a
 keep-alive connection pinned to the first API process (which process took a connection is read
 from /proc), recording each scrape's start time and the two counts, less their values before the
-run. With concurrent senders the events are matched to counts by order: the i-th 202 to come back
-(in time) is event i, and event i is visible once a scrape shows a count of at least i. Every
-event is counted before its 202 is sent, so when the i-th 202 arrives at least i events are
-counted, and the match never credits an event to a scrape older than the count it needs. Its lag
-is that scrape's start time (the time Prometheus gives the sample) minus event i's send time
-(what a user of the API sees; the note gives the 202's own p50). With 2 API processes the senders
-are spread evenly over both (their connections pinned the same way) and the scraper watches one:
-the metrics live in Redis, so a scrape on any process must show every event, which is checked on
-every process once the run is counted. One scraper, not one per process, because a scrape
-exports its own process's pending ratios first: scraping every process 40 times a second would
-flush them all that often and hide the other process's export thread (every 0.25 s), which is
-what a Prometheus scrape landing on one process of several really waits for.
+run. Counts only grow, so the first scrape showing a count of at least i is exactly when the i-th
+event (in the order they were counted) became visible: the set of visibility times is exact, and
+with it the mean lag. Which event was counted i-th is not observable with concurrent senders, so
+events are paired with counts by the order of their answers: event i is the i-th 202 to come back
+(in time). Each event is counted before its 202 is sent, so the 202 order follows the count order
+closely, not exactly: an answer held up (its process busy rendering a scrape, say) is overtaken
+by the 202s of events counted after it, and an event can then be paired with a count reached
+before it was even sent, a negative lag. Those are kept (dropping or clamping them would change
+the mean, which the pairing cannot change) and counted in the note. An event's lag is its scrape's
+start time (the time Prometheus gives the sample) minus the event's send time (what a user of the
+API sees; the note gives the 202's own p50). With 2 API processes the senders are spread evenly
+over both (their connections pinned the same way) and the scraper watches one: the metrics live
+in Redis, so a scrape on any process must show every event, which is checked on every process
+once the run is counted. One scraper, not one per process, because a scrape exports its own
+process's pending ratios first: scraping every process 40 times a second would flush them all that
+often and hide the other process's export thread (every 0.25 s), which is what a Prometheus
+scrape landing on one process of several really waits for. A 25 ms poll is far more often than
+Prometheus scrapes: each scrape's cost (in the note) is load on the API that a real one would not
+add this often.
+
 Baseline of (a) and (b): the median scrape interval, start to start (~25 ms, longer when a scrape
 takes longer): a lag of about one interval is what scraping this often can resolve. Baseline of
 (c): the judge call p95 of the same run (``retrieval_monitor_judge_latency_seconds``).
@@ -77,8 +86,8 @@ from tests.benchmarks.metrics_reader import counter_total, histogram_buckets, qu
 from tests.processes import descendants, holds_connection_on
 
 NUMBER = 11
-SENDERS = 4
-SCRAPE_SECONDS = 0.025
+SENDERS = 16
+SCRAPE_MS = 25.0
 WORKER_PROCESSES = 2
 # Each sender connection posts this many events before the run: every API process has imported
 # and connected what a first request needs, and the worker is judging, before anything is timed.
@@ -101,6 +110,7 @@ class Scrape:
     end: float
     accepted: float
     ratios: float
+    size: int  # bytes of the exposition text
 
 
 def scrape_counts(body: bytes) -> tuple[float, float]:
@@ -173,7 +183,7 @@ def pinned_connections(
 class Scraper(threading.Thread):
     """Polls /metrics over one connection every ``period`` seconds, start to start."""
 
-    def __init__(self, conn: http.client.HTTPConnection, period: float = SCRAPE_SECONDS) -> None:
+    def __init__(self, conn: http.client.HTTPConnection, period: float) -> None:
         super().__init__(name="scraper", daemon=True)
         self.conn = conn
         self.period = period
@@ -188,7 +198,7 @@ class Scraper(threading.Thread):
                 start = time.monotonic()
                 body = fetch(self.conn, "GET", "/metrics")
                 end = time.monotonic()
-                self.scrapes.append(Scrape(start, end, *scrape_counts(body)))
+                self.scrapes.append(Scrape(start, end, *scrape_counts(body), len(body)))
                 due += self.period
                 pause = due - time.monotonic()
                 if pause > 0:
@@ -281,6 +291,8 @@ class Run:
     judge_call_p95: float = math.nan
     scrape_interval: float = math.nan
     scrape_duration: float = math.nan
+    scrape_kib: float = math.nan
+    negative: tuple[int, int] = (0, 0)  # lags below 0: counter, ratios (see the pairing above)
     sent: int = 0
     accepted: int = 0
     rate: float = 0.0
@@ -340,7 +352,7 @@ def steady_run(
     lag_before = histogram_buckets(url, "retrieval_monitor_pipeline_lag_seconds")
     judge_before = histogram_buckets(url, "retrieval_monitor_judge_latency_seconds")
     judged_before = counter_total(url, JUDGED)
-    scraper = Scraper(groups[0][0])
+    scraper = Scraper(groups[0][0], args.scrape_ms / 1000)
     scraper.start()
     try:
         base = scraper.latest()  # a scrape before the first send
@@ -354,10 +366,12 @@ def steady_run(
     scrapes = scraper.scrapes
     run.counter_lags = visible_lags(answers, scrapes, base.accepted, ratios=False)
     run.ratio_lags = visible_lags(answers, scrapes, base.ratios, ratios=True)
+    run.negative = (sum(x < 0 for x in run.counter_lags), sum(x < 0 for x in run.ratio_lags))
     run.scrape_interval = statistics.median(
         b.start - a.start for a, b in itertools.pairwise(scrapes)
     )
     run.scrape_duration = statistics.median(s.end - s.start for s in scrapes)
+    run.scrape_kib = statistics.median(s.size for s in scrapes) / 1024
     run.sent, run.accepted, run.rate = len(answers), accepted, accepted / elapsed
     run.answer_p50 = statistics.median(a.answered - a.sent for a in answers if a.status == 202)
 
@@ -416,7 +430,9 @@ def figures_of(run: Run) -> list[Figure]:
     where = f"{run.store}, {run.processes} API process{'es' if run.processes > 1 else ''}"
     note = (
         f"{run.accepted} of {run.sent} events accepted at {run.rate:.0f} ev/s, 202 p50 "
-        f"{run.answer_p50 * 1000:.0f} ms, scrape {run.scrape_duration * 1000:.1f} ms"
+        f"{run.answer_p50 * 1000:.0f} ms, scrape {run.scrape_duration * 1000:.1f} ms "
+        f"({run.scrape_kib:.0f} KiB), lags < 0: {run.negative[0]} counter, "
+        f"{run.negative[1]} ratios"
     )
     interval = "scrape interval, start to start"
     rows: list[Figure] = []
@@ -476,10 +492,22 @@ def worker_counts(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--seconds", type=float, default=20.0, help="seconds of steady sending per configuration"
+        "--seconds",
+        type=float,
+        default=20.0,
+        help="seconds of steady sending per configuration (default 20)",
     )
     parser.add_argument(
-        "--rate", type=float, default=100.0, help="events/s sent (single-event POSTs, 4 threads)"
+        "--rate",
+        type=float,
+        default=100.0,
+        help=f"events/s sent (single-event POSTs, {SENDERS} threads; default 100)",
+    )
+    parser.add_argument(
+        "--scrape-ms",
+        type=float,
+        default=SCRAPE_MS,
+        help="milliseconds between the scraper's /metrics polls, start to start (default 25)",
     )
     parser.add_argument(
         "--no-postgres", action="store_true", help="SQLite only (default: SQLite and PostgreSQL)"
