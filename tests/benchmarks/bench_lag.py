@@ -116,8 +116,8 @@ class Scrape:
 def scrape_counts(body: bytes) -> tuple[float, float]:
     """Accepted events and counted duplicate ratios in an exposition text, over every series.
 
-    A line scan rather than prometheus_client's parser: the scraper runs 40 times a second per
-    process on the same 2 cores as the service, and only two families matter.
+    A line scan rather than prometheus_client's parser: the scraper runs 40 times a second on the
+    same 2 cores as the service, and only two families matter.
     """
     accepted = ratios = 0.0
     for line in body.splitlines():
