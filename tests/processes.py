@@ -76,8 +76,10 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def holds_connection_on(pid: int, port: int) -> bool:
-    """Whether the process has an established TCP connection whose local port is ``port``."""
+def holds_connection_on(pid: int, port: int, peer_port: int | None = None) -> bool:
+    """Whether the process has an established TCP connection whose local port is ``port`` (and,
+    given ``peer_port``, whose other end is that port: which server process took one client's
+    connection)."""
     inodes = _socket_inodes(pid)
     for table in ("tcp", "tcp6"):
         try:
@@ -87,6 +89,12 @@ def holds_connection_on(pid: int, port: int) -> bool:
         for line in lines:
             fields = line.split()
             local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            if local_port == port and fields[3] == _ESTABLISHED and fields[9] in inodes:
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if (
+                local_port == port
+                and (peer_port is None or remote_port == peer_port)
+                and fields[3] == _ESTABLISHED
+                and fields[9] in inodes
+            ):
                 return True
     return False

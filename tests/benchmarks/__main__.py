@@ -1,10 +1,10 @@
 """The benchmark suite: every figure of the performance section, in one command.
 
 ``python -m tests.benchmarks`` (``make bench``) runs ingest, judge tokens, judging, the local
-judge, the scrape, the client library's, the shared vectors' and the storage benchmarks in turn,
-prints one table (each figure, the median of its runs, next to its same-run baseline and their
-ratio) and writes it to ``bench-results/bench.json`` and ``bench-results/bench.md``. ``--quick``
-runs each once on tiny inputs (the smoke test uses it).
+judge, the scrape, the client library's, the shared vectors', the storage and the
+ingest-to-/metrics lag benchmarks in turn, prints one table (each figure, the median of its runs,
+next to its same-run baseline and their ratio) and writes it to ``bench-results/bench.json`` and
+``bench-results/bench.md``. ``--quick`` runs each once on tiny inputs (the smoke test uses it).
 Nothing here asserts a timing.
 """
 
@@ -22,6 +22,7 @@ from tests.benchmarks import (
     bench_client,
     bench_ingest,
     bench_judging,
+    bench_lag,
     bench_scrape,
     bench_storage,
     bench_tokens,
@@ -62,6 +63,7 @@ QUICK = {
     "client": ["--events", "2000", "--posts", "20", "--repeat", "1"],
     "vectors": ["--events", "3", "--k", "2", "--repeat", "1"],
     "storage": ["--claims", "20", "--rounds", "2"],
+    "lag": ["--seconds", "2", "--rate", "20", "--no-postgres", "--workers", "1"],
 }
 
 
@@ -145,6 +147,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Figure]]] = {
     "client": _module(bench_client),
     "vectors": _module(bench_vectors),
     "storage": _module(bench_storage),
+    "lag": _module(bench_lag),
 }
 
 

@@ -153,3 +153,21 @@ def test_storage_figures(tmp_path: Path) -> None:
     # Each store's size is beside the old layout's, filled with the same events in the same run.
     assert all(r["baseline"] and r["ratio"] for r in rows)
     assert {r["number"] for r in rows} == {10}
+
+
+def test_lag_figures(tmp_path: Path) -> None:
+    _redis_or_skip()
+    rows = _run("lag", tmp_path)
+    # SQLite, one API process: the counter's, the duplicate ratios' and the judged lag, p50 and p95.
+    assert len(rows) == 6
+    assert {r["number"] for r in rows} == {11}
+    names = [str(r["name"]) for r in rows]
+    for measured in ("events_accepted counter", "duplicate-ratio histogram count"):
+        for q in ("p50", "p95"):
+            name = f"send to first /metrics showing it, {measured}, {q} (sqlite, 1 API process)"
+            assert name in names
+    # Every figure was measured (a NaN is left out of the median, leaving value None) and is
+    # beside its same-run baseline: the scrape interval, or the judge call p95.
+    assert all(_has_value(r) and float(r["value"]) > 0 for r in rows)  # type: ignore[arg-type]
+    assert all(r["baseline"] and float(r["baseline"]) > 0 for r in rows)  # type: ignore[arg-type]
+    assert all(r["runs"] == 1 for r in rows)
