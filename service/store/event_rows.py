@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session
 
+from service.store.driver import driver_errors
 from service.store.models import Event, table
 
 # The columns ingest writes, in the order of every tuple; the others keep their defaults.
@@ -147,8 +148,9 @@ def insert_new_events(session: Session, rows: Sequence[Mapping[str, Any]]) -> di
     driver: Any = connection.connection.driver_connection
     inserted: dict[str, int] = {}
     if dialect.name == "postgresql":
-        with driver.cursor() as cursor:
-            cursor.execute(_postgres_statement(dialect), _postgres_values(dialect, rows))
+        statement = _postgres_statement(dialect)
+        with driver_errors(connection, statement), driver.cursor() as cursor:
+            cursor.execute(statement, _postgres_values(dialect, rows))
             for key, event_id in cursor.fetchall():
                 inserted[event_id] = key
         return inserted
@@ -159,13 +161,14 @@ def insert_new_events(session: Session, rows: Sequence[Mapping[str, Any]]) -> di
         for position, processor in processors:
             value[position] = processor(value[position])
         values.append(value)
-    cursor = driver.cursor()
-    try:
-        for start in range(0, len(values), _SQLITE_ROWS_PER_STATEMENT):
-            chunk = values[start : start + _SQLITE_ROWS_PER_STATEMENT]
-            flat = [item for value in chunk for item in value]
-            for key, event_id in cursor.execute(_sqlite_statement(len(chunk)), flat):
-                inserted[event_id] = key
-    finally:
-        cursor.close()
+    with driver_errors(connection, _sqlite_statement(1)):
+        cursor = driver.cursor()
+        try:
+            for start in range(0, len(values), _SQLITE_ROWS_PER_STATEMENT):
+                chunk = values[start : start + _SQLITE_ROWS_PER_STATEMENT]
+                flat = [item for value in chunk for item in value]
+                for key, event_id in cursor.execute(_sqlite_statement(len(chunk)), flat):
+                    inserted[event_id] = key
+        finally:
+            cursor.close()
     return inserted

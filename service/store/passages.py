@@ -23,6 +23,7 @@ from sqlalchemy import bindparam
 from sqlalchemy import text as sql_text
 from sqlmodel import Session
 
+from service.store.driver import driver_errors
 from service.store.passage_body import decode_body, encode_body
 
 
@@ -92,20 +93,21 @@ def store_passages(session: Session, tenant: str, rows: Sequence[PassageRow]) ->
     connection = session.connection()
     driver = connection.connection.driver_connection
     if connection.dialect.name == "postgresql":
-        with driver.cursor() as cursor:  # type: ignore[union-attr]
+        with driver_errors(connection, _TEXTS_INSERT_POSTGRES), driver.cursor() as cursor:  # type: ignore[union-attr]
             cursor.execute(_TEXTS_INSERT_POSTGRES, (tenant, list(texts), list(texts.values())))
             with cursor.copy(_REFERENCES_COPY) as copy:
                 for reference in references:
                     copy.write_row(reference)
         return
-    cursor = driver.cursor()  # type: ignore[union-attr]
-    try:
-        cursor.executemany(
-            _TEXTS_INSERT_SQLITE, [(tenant, digest, body) for digest, body in texts.items()]
-        )
-        cursor.executemany(_REFERENCES_INSERT, references)
-    finally:
-        cursor.close()
+    with driver_errors(connection, _TEXTS_INSERT_SQLITE):
+        cursor = driver.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.executemany(
+                _TEXTS_INSERT_SQLITE, [(tenant, digest, body) for digest, body in texts.items()]
+            )
+            cursor.executemany(_REFERENCES_INSERT, references)
+        finally:
+            cursor.close()
 
 
 # --- reading: the text as if each event kept its own copy ---------------------------------------

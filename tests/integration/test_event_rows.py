@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, assume, given
 from hypothesis import settings as hypothesis_settings
 from pydantic import ValidationError
 from sqlalchemy import Engine
+from sqlalchemy import text as sql_text
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
 from service.schemas import EventIn
 from service.store.engine import make_engine, session_scope
@@ -126,3 +128,24 @@ def test_drawn_events_are_stored_as_the_orm_stores_them(
         _written_both_ways(engine, event, None)
     finally:
         engine.dispose()
+
+
+def test_a_driver_error_is_raised_as_sqlalchemy_raises_it(store_url: str) -> None:
+    """Callers tell an unavailable database from a refused value by SQLAlchemy's classes."""
+    engine = make_engine(store_url)
+    event = EventIn.model_validate(make_event("gone"))
+    row = _new_row("t", "gone", event, datetime.now(UTC), payload_hash(event), None)
+    try:
+        with session_scope(engine) as session:
+            # Undone by the rollback: DDL is transactional on both stores.
+            session.execute(sql_text("ALTER TABLE events RENAME TO events_away"))
+            with pytest.raises(DBAPIError) as raised:
+                insert_new_events(session, [row])
+            session.rollback()
+    finally:
+        engine.dispose()
+    # No such table: OperationalError from sqlite3, ProgrammingError from psycopg, as
+    # SQLAlchemy itself raises them; the driver's own error is kept as ``orig``.
+    expected = ProgrammingError if store_url.startswith("postgresql") else OperationalError
+    assert isinstance(raised.value, expected)
+    assert "events" in str(raised.value.orig)
