@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Response, status
+from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import Caller, StateDep
 from service.api.keys import Principal
 from service.api.state import AppState
-from service.ingest.accept import CONFLICT_MESSAGE, Rejection, validate
+from service.ingest.accept import CONFLICT_MESSAGE, Refusal, Rejection, validate
 from service.ingest.group_commit import NotStoredError
 from service.measures.catalogue import MEASURE_NAMES
 from service.measures.formulas import first_gold_ranks
@@ -61,18 +62,23 @@ _EVENT_LINKS = {
         422: {"description": "The event is malformed or breaks a limit."},
     },
 )
-def post_event(event: EventIn, response: Response, state: StateDep, caller: Caller) -> IngestResult:
+async def post_event(
+    event: EventIn, response: Response, state: StateDep, caller: Caller
+) -> IngestResult:
     """Accept one retrieval event; 202 once it is committed, to be judged in the background."""
-    refuse_if_needed(state, caller, 1)
+    # A coroutine, so a request costs no thread-pool hop: it awaits its commit on the event loop.
+    # Whatever may block (a query, a Redis call) is sent to the thread pool instead; validation
+    # and redaction are CPU work on a body already parsed here, so they stay.
+    await refuse_single_if_needed(state, caller)
     checked = validate(event, state.runtime)
     if isinstance(checked, Rejection):
-        state.ingestor.ingest(caller.tenant, [], [checked])
+        await run_in_threadpool(state.ingestor.ingest, caller.tenant, [], [checked])
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=checked.message)
     # Committed together with the events of concurrent requests (service/ingest/group_commit.py).
     try:
-        result = state.committer.store(caller.tenant, checked)
+        result = await state.committer.store(caller.tenant, checked)
     except NotStoredError as exc:
-        state.ingestor.reject(caller.tenant, exc.reason)
+        await run_in_threadpool(state.ingestor.reject, caller.tenant, exc.reason)
         retry_after = str(state.runtime.settings.backpressure_retry_after_seconds)
         raise HTTPException(
             exc.status_code,
@@ -163,11 +169,32 @@ def post_feedback(
 def refuse_if_needed(state: AppState, caller: Principal, events: int) -> None:
     refusal = state.ingestor.admit(caller.tenant, events)
     if refusal is not None:
-        raise HTTPException(
-            refusal.status_code,
-            detail=refusal.message,
-            headers={"Retry-After": str(refusal.retry_after_seconds)},
-        )
+        raise _refused(refusal)
+
+
+async def refuse_single_if_needed(state: AppState, caller: Principal) -> None:
+    """``refuse_if_needed`` for one event, from the event loop. Mostly admission is decided on
+    cached figures (the backlog count is re-read once a second): then it is decided in place, a
+    thread-pool hop costing more than the check. A stale count (its COUNT query) or a tenant
+    rate (its token bucket in Redis) sends the whole check to the thread pool, and so does
+    counting a refusal (Redis)."""
+    ingestor = state.ingestor
+    if ingestor.admits_without_io():
+        refusal = ingestor.refusal(caller.tenant, 1, refresh=False)
+        if refusal is not None:
+            await run_in_threadpool(ingestor.reject, caller.tenant, refusal.reason)
+    else:
+        refusal = await run_in_threadpool(ingestor.admit, caller.tenant, 1)
+    if refusal is not None:
+        raise _refused(refusal)
+
+
+def _refused(refusal: Refusal) -> HTTPException:
+    return HTTPException(
+        refusal.status_code,
+        detail=refusal.message,
+        headers={"Retry-After": str(refusal.retry_after_seconds)},
+    )
 
 
 def _view(stored: event_store.StoredEvent) -> EventView:

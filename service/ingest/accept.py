@@ -207,24 +207,38 @@ class Ingestor:
         self.duplicate_ratios = DuplicateRatios(runtime.aggregates)
 
     def admit(self, tenant: str, events: int) -> Refusal | None:
-        """Refuse work the service cannot take now; None when the request may proceed."""
-        overload = self.backpressure.check()
-        refusal: Refusal | None = None
+        """Refuse work the service cannot take now; None when the request may proceed. A
+        refusal is counted."""
+        refusal = self.refusal(tenant, events)
+        if refusal is not None:
+            self.reject(tenant, refusal.reason, events)
+        return refusal
+
+    def admits_without_io(self) -> bool:
+        """Whether ``refusal(..., refresh=False)`` decides with no query and no Redis call: the
+        backlog count is cached and no tenant rate applies (its token bucket lives in Redis)."""
+        return (
+            self.runtime.settings.tenant_events_per_second <= 0
+            and self.backpressure.decides_without_io()
+        )
+
+    def refusal(self, tenant: str, events: int, refresh: bool = True) -> Refusal | None:
+        """Why the request should be turned away now, or None; counts nothing (``admit`` and
+        ``reject`` do). ``refresh=False``: the backlog's cached count, see ``Backpressure``."""
+        overload = self.backpressure.check(refresh)
         if overload is not None:
-            refusal = Refusal(503, overload.reason, overload.message, overload.retry_after_seconds)
-        elif self.runtime.settings.tenant_events_per_second > 0:
+            return Refusal(503, overload.reason, overload.message, overload.retry_after_seconds)
+        if self.runtime.settings.tenant_events_per_second > 0:
             decision = self._tenant_bucket(tenant).take(events)
             if not decision.allowed:
-                refusal = Refusal(
+                return Refusal(
                     429,
                     "rate_limited",
                     f"tenant {tenant!r} is over {self.runtime.settings.tenant_events_per_second:g} "
                     "events per second",
                     max(1, math.ceil(decision.retry_after_seconds)),
                 )
-        if refusal is not None:
-            self.reject(tenant, refusal.reason, events)
-        return refusal
+        return None
 
     def _tenant_bucket(self, tenant: str) -> TokenBucket:
         settings = self.runtime.settings

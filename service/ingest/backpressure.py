@@ -49,11 +49,10 @@ class Backpressure:
             self._commit_seconds = average + _EWMA_WEIGHT * (seconds - average)
             self._commit_at = self.clock()
 
-    def pending_events(self) -> int:
+    def pending_events(self, refresh: bool = True) -> int:
         # One COUNT per refresh interval for the whole process, not one per request.
         now = time.monotonic()
-        refresh = self.runtime.settings.backpressure_refresh_seconds
-        if now - self._pending_checked >= refresh and self._lock.acquire(blocking=False):
+        if refresh and self._count_is_stale(now) and self._lock.acquire(blocking=False):
             try:
                 with session_scope(self.runtime.engine) as session:
                     self._pending = event_store.pending_summary(session).count
@@ -62,9 +61,27 @@ class Backpressure:
                 self._lock.release()
         return self._pending
 
-    def check(self) -> Overload | None:
+    def decides_without_io(self) -> bool:
+        """Whether ``check`` can answer now without a query: the backlog bound is off or its
+        count was read within the refresh interval. The event loop asks this before deciding in
+        place; otherwise the check, and its COUNT, goes to the thread pool."""
+        return not self.runtime.settings.max_pending_events or not self._count_is_stale(
+            time.monotonic()
+        )
+
+    def _count_is_stale(self, now: float) -> bool:
+        refresh = self.runtime.settings.backpressure_refresh_seconds
+        return now - self._pending_checked >= refresh
+
+    def check(self, refresh: bool = True) -> Overload | None:
+        """Why the service should refuse work now, or None. ``refresh=False`` decides on the
+        cached backlog count, never querying (the event loop's path, after
+        ``decides_without_io``: a count that went stale in between is at most a moment old)."""
         settings = self.runtime.settings
-        if settings.max_pending_events and self.pending_events() >= settings.max_pending_events:
+        if (
+            settings.max_pending_events
+            and self.pending_events(refresh) >= settings.max_pending_events
+        ):
             return Overload(
                 "backlog",
                 f"{self._pending} events wait for judging (max_pending_events "

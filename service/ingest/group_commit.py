@@ -1,6 +1,7 @@
 """Group commit for single-event ingest: concurrent requests share one transaction.
 
-Each ``POST /v1/events`` request checks its event, hands it to the process's writer and waits.
+Each ``POST /v1/events`` request checks its event, hands it to the process's writer and awaits
+its outcome on the event loop (no thread of the pool is held while the commit runs).
 The writer takes everything queued (up to ``max_group``) and stores it through the batch path, so
 a group costs one transaction, one counter update and one fan-out message per tenant in it, then
 gives each request its own outcome (PostgreSQL gets a second writer; see ``AppState.build``).
@@ -14,13 +15,13 @@ commits complete.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
 from kombu.exceptions import OperationalError as BrokerError
@@ -110,12 +111,22 @@ class GroupCommitter:
             self._ready.notify()
         return pending.future
 
-    def store(self, tenant: str, event: EventIn, timeout: float = WAIT_SECONDS) -> IngestResult:
-        """Queue one event and wait for its own outcome (accepted, duplicate or rejected)."""
+    async def store(
+        self, tenant: str, event: EventIn, timeout: float = WAIT_SECONDS
+    ) -> IngestResult:
+        """Queue one event and await its own outcome (accepted, duplicate or rejected).
+
+        The writer resolves a concurrent future; ``wrap_future`` hands its outcome to this
+        coroutine's loop (``call_soon_threadsafe``), so the wait costs no thread. ``shield``: a
+        waiter that gives up (the timeout, or its request's task cancelled) must not cancel the
+        writer's future: the event may be in the transaction being committed, and the writer's
+        ``set_result`` on a future cancelled meanwhile would raise and fail the rest of its group.
+        """
         future = self.submit(tenant, event)
         try:
-            return future.result(timeout)
-        except FutureTimeout:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(asyncio.wrap_future(future))
+        except TimeoutError:
             raise NotStoredError(
                 "unconfirmed",
                 f"the event's commit was not confirmed within {timeout:g}s; it may still be "
