@@ -12,7 +12,9 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
+from service.ingest.accept import Ingestor
 from service.ingest.backpressure import Backpressure
+from service.queue import TaskSender
 from service.redis_check import eviction_problem
 from service.runtime import Runtime
 from service.settings import Settings
@@ -53,6 +55,34 @@ def test_a_backlog_over_the_bound_gets_503_with_retry_after(
     from service.store.models import Event
 
     assert count_rows(settings, Event) == 3  # what was accepted stays
+
+
+def test_admission_on_cached_figures_is_decided_in_the_event_loop_with_the_same_answer(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    """The single-event route decides admission in place only when no query or Redis call is
+    needed (a fresh backlog count, no tenant rate); its refusal is the thread pool's."""
+    upgrade(sqlite_url)
+    settings = make_settings(
+        tmp_path, sqlite_url, redis_url, max_pending_events=3, backpressure_refresh_seconds=3
+    )
+    app = create_app(settings)
+    ingestor: Ingestor = app.state.rm.ingestor
+    with TestClient(app) as client:
+        assert not ingestor.admits_without_io()  # never counted: the COUNT is the pool's
+        for i in range(3):
+            assert client.post("/v1/events", json=make_event(f"e{i}")).status_code == 202
+        wait_for(lambda: ingestor.backpressure.pending_events() == 3, timeout=10, interval=0.05)
+        assert ingestor.admits_without_io()  # counted just now: this request is decided in place
+        response = client.post("/v1/events", json=make_event("e3"))
+        assert response.status_code == 503
+        assert response.headers["Retry-After"] == str(settings.backpressure_retry_after_seconds)
+        assert "3 events wait for judging" in response.json()["detail"]
+        assert sample(client, "retrieval_monitor_events_rejected_total", reason="backlog") == 1
+    limited = settings.model_copy(update={"tenant_events_per_second": 5.0})
+    rated = Ingestor(Runtime(limited), TaskSender(limited.redis_url, limited.queue_name))
+    rated.backpressure.pending_events()
+    assert not rated.admits_without_io()  # a token bucket in Redis: the pool's
 
 
 def test_slow_commits_refuse_ingest_until_the_database_had_time_to_recover(

@@ -4,23 +4,26 @@ concurrent requests to a real server are all stored exactly once."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import Future
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
+from service.api.state import AppState
 from service.embedded import free_port
 from service.ingest.accept import Ingestor
-from service.ingest.group_commit import GroupCommitter, NotStoredError
+from service.ingest.group_commit import GroupCommitter, NotStoredError, Store
 from service.queue import TaskSender
 from service.runtime import Runtime
 from service.schemas import EventIn, IngestResult
@@ -298,3 +301,111 @@ def test_sigterm_under_load_answers_every_request_and_stores_every_acknowledged_
     }
     assert not set(acknowledged) - stored
     assert set(other) <= {503}
+
+
+class HeldCommitter(GroupCommitter):
+    """The app's committer whose writer waits at a gate before storing, and which counts the
+    events handed to it: a request is past admission and waiting for its commit once counted."""
+
+    def __init__(self, store: Store, capacity: int) -> None:
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.submitted = 0
+        self._count_lock = threading.Lock()
+        super().__init__(self._held(store), max_group=capacity, capacity=capacity)
+
+    def _held(self, store: Store) -> Store:
+        def held(tenant: str, events: Sequence[EventIn]) -> list[IngestResult]:
+            self.entered.set()
+            if not self.gate.wait(60):
+                raise RuntimeError("the gate was never opened")
+            return store(tenant, events)
+
+        return held
+
+    def submit(self, tenant: str, event: EventIn) -> Future[IngestResult]:
+        future = super().submit(tenant, event)
+        with self._count_lock:
+            self.submitted += 1
+        return future
+
+
+# More requests than the thread pool's 40 threads (anyio's default limiter): were each waiting
+# request holding one, the rest and any sync route would wait behind them.
+WAITING_REQUESTS = 48
+
+
+def test_requests_waiting_for_their_commit_hold_no_thread_and_get_their_own_outcome(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url)
+    server = LiveServer(settings)
+    app = server.server.config.app
+    assert isinstance(app, FastAPI)
+    state: AppState = app.state.rm
+    # Replaced before the app starts: its lifespan starts and drains this one.
+    held = HeldCommitter(state.ingestor.ingest, settings.max_batch_events)
+    state.committer = held
+    bodies = [make_event(f"e{i}") for i in range(WAITING_REQUESTS - 4)]
+    bodies += [make_event("same"), make_event("same")]  # one accepted, one duplicate
+    bodies += [make_event("reused"), make_event("reused", query="another question")]  # a 409
+    with server, ThreadPoolExecutor(len(bodies)) as pool:
+
+        def post(body: dict[str, Any]) -> httpx.Response:
+            return httpx.post(f"{server.url}/v1/events", json=body, timeout=90)
+
+        answers = [pool.submit(post, body) for body in bodies]
+        try:
+            wait_for(lambda: held.submitted == len(bodies), timeout=30, interval=0.02)
+            assert held.entered.wait(30)
+            # Every request waits for its commit, and the server still answers, a sync route too.
+            assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
+            assert not any(answer.done() for answer in answers)
+            assert count_rows(settings, Event) == 0
+        finally:
+            held.gate.set()  # on a failure too, so the server can stop
+        responses = [answer.result(timeout=90) for answer in answers]
+        accepted = metric_total(server.url, "retrieval_monitor_events_accepted_total")
+        rejected = metric_total(server.url, "retrieval_monitor_events_rejected_total")
+    assert Counter(r.status_code for r in responses) == {202: WAITING_REQUESTS - 2, 200: 1, 409: 1}
+    by_id = Counter((r.json()["event_id"], r.status_code) for r in responses if r.status_code < 300)
+    assert by_id[("same", 202)] == by_id[("same", 200)] == by_id[("reused", 202)] == 1
+    assert all(by_id[(f"e{i}", 202)] == 1 for i in range(WAITING_REQUESTS - 4))
+    conflict = next(r for r in responses if r.status_code == 409)
+    assert conflict.json()["detail"] == "event_id already used for a different event"
+    assert count_rows(settings, Event) == WAITING_REQUESTS - 2
+    assert accepted == WAITING_REQUESTS - 2
+    assert rejected == 1
+
+
+def test_a_request_that_stops_waiting_leaves_its_group_to_be_stored(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    """A wait past its bound is a 503 "unconfirmed"; the event is still committed with the rest
+    of its group, whose other requests get their outcomes."""
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url)
+    runtime = Runtime(settings)
+    ingestor = Ingestor(runtime, TaskSender(settings.redis_url, settings.queue_name))
+    held = HeldCommitter(ingestor.ingest, capacity=10)
+
+    async def scenario() -> tuple[NotStoredError, str]:
+        impatient = asyncio.create_task(held.store("a", event("e1"), timeout=0.2))
+        patient = asyncio.create_task(held.store("a", event("e2")))
+        await asyncio.sleep(0)  # each task queues its event: both before the writer starts
+        assert held.submitted == 2
+        held.start()
+        with pytest.raises(NotStoredError) as gave_up:
+            await impatient
+        assert held.entered.wait(10)  # the writer holds both events, at the gate
+        assert not patient.done()
+        held.gate.set()
+        return gave_up.value, (await patient).status
+
+    error, other_status = asyncio.run(scenario())
+    held.close()
+    assert (error.reason, error.status_code) == ("unconfirmed", 503)
+    assert "retry with the same event_id" in str(error)
+    assert other_status == "accepted"
+    assert count_rows(settings, Event) == 2
