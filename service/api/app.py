@@ -14,9 +14,9 @@ from service.api import analysis, calibration, events, gold, health, otlp
 from service.api.auth_gate import TENANT_STATE, AuthGateMiddleware
 from service.api.body_limit import BodyLimitMiddleware, InflightBudget
 from service.api.docs import add_docs
+from service.api.heap import freeze_startup_objects
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
 from service.api.state import AppState
-from service.heap import freeze_startup_objects
 from service.ingest.accept import empty_retrieval_labels
 from service.runtime import Runtime
 from service.settings import Settings

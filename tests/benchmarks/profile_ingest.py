@@ -10,8 +10,9 @@ not cover is "other" (the loops of ``ingest`` itself). The near-duplicate ratio,
 the answer on a thread of its own, is timed there and included. Each timed call adds a few
 microseconds of its own. HTTP (the server, Starlette, the answer's serialization) is not in it:
 the bare endpoint's figures measure that. Objects alive after the warm-up are frozen out of the
-garbage collector's walks, as the API freezes what its start-up built. A single event is stored alone (a group of one, as on
-a quiet service; under load concurrent requests share a transaction). Run:
+garbage collector's walks, as the API freezes what its start-up built. A single event is stored
+alone (a group of one, as on a quiet service; under load concurrent requests share a
+transaction). Run:
 ``python -m tests.benchmarks.profile_ingest [--events N] [--no-postgres] [--unique-passages]``.
 """
 
@@ -34,7 +35,7 @@ import orjson
 import redis
 from sqlalchemy.orm import Session
 
-from service.heap import freeze_startup_objects
+from service.api.heap import freeze_startup_objects
 from service.ingest import accept, counts
 from service.queue import TaskSender
 from service.runtime import Runtime
@@ -204,7 +205,7 @@ def profile(kind: str, events: int, tmp: Path, unique: bool = False) -> dict[str
         # Warm up: connections, prepared statements, caches of label sets and passage prefixes.
         warm = [orjson.dumps(event(i, f"{run}w")) for i in range(200)]
         single(runtime, ingestor, StageClock(), warm)
-        # As the API does once started (service/heap.py): what start-up built is left out of
+        # As the API does once started (service/api/heap.py): what start-up built is left out of
         # the collector's walks, which otherwise land in whichever stage allocates past its
         # threshold.
         freeze_startup_objects()
