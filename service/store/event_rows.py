@@ -26,6 +26,7 @@ from sqlmodel import Session
 
 from service.store.driver import driver_errors
 from service.store.models import Event, table
+from service.store.passages import POSTGRES_PASSAGES_WITH, postgres_passage_parameters
 
 # The columns ingest writes, in the order of every tuple; the others keep their defaults.
 COLUMNS = (
@@ -112,6 +113,17 @@ def _postgres_statement(dialect: Dialect) -> str:
     )
 
 
+@lru_cache(maxsize=4)
+def _postgres_statement_with_passages(dialect: Dialect) -> str:
+    """The events' INSERT as the data-modifying WITH query ``new_events``, followed by the
+    passages' (``service/store/passages.py``): a lone event was five round trips (BEGIN, events,
+    texts, and the references' COPY in two), now two."""
+    return (
+        f"WITH new_events AS ({_postgres_statement(dialect)}), {POSTGRES_PASSAGES_WITH} "  # noqa: S608
+        "SELECT id, event_id FROM new_events"
+    )
+
+
 def _postgres_values(dialect: Dialect, rows: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     """One list per column. JSON values are written as SQLAlchemy writes them (json.dumps; a
     Python None is the JSON null, not SQL NULL, as the columns do not set none_as_null)."""
@@ -136,24 +148,41 @@ def _sqlite_statement(rows: int) -> str:
     )
 
 
-def insert_new_events(session: Session, rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """Insert the rows (by column name, ``COLUMNS`` at least) whose (tenant, event_id) is not
-    stored yet, in the session's transaction; the key of each row inserted, by event id.
+# (event id, rank, passage id, score, content hash, text): a passage of an event to insert.
+NewPassage = tuple[str, int, str, float | None, str, str]
 
-    All rows must be of one tenant and have distinct event ids."""
+
+def insert_new_events(
+    session: Session,
+    tenant: str,
+    rows: Sequence[Mapping[str, Any]],
+    passages: Sequence[NewPassage] = (),
+) -> tuple[dict[str, int], bool]:
+    """Insert the rows (by column name, ``COLUMNS`` at least) whose (tenant, event_id) is not
+    stored yet, in the session's transaction; the key of each row inserted, by event id, and
+    whether ``passages`` were written with them.
+
+    On PostgreSQL the passages of the events inserted (and their texts not stored yet) go in the
+    same statement, one round trip for all three tables; on SQLite, which runs in the process
+    and has no round trips to save, the caller writes them (``store_passages``). All rows must
+    be of ``tenant`` and have distinct event ids."""
     if not rows:
-        return {}
+        return {}, True
     connection = session.connection()
     dialect = connection.dialect
     driver: Any = connection.connection.driver_connection
     inserted: dict[str, int] = {}
     if dialect.name == "postgresql":
-        statement = _postgres_statement(dialect)
+        statement = _postgres_statement_with_passages(dialect)
+        parameters = [
+            *_postgres_values(dialect, rows),
+            *postgres_passage_parameters(tenant, passages),
+        ]
         with driver_errors(connection, statement), driver.cursor() as cursor:
-            cursor.execute(statement, _postgres_values(dialect, rows))
+            cursor.execute(statement, parameters)
             for key, event_id in cursor.fetchall():
                 inserted[event_id] = key
-        return inserted
+        return inserted, True
     processors = _processors(dialect)
     values = []
     for row in rows:
@@ -171,4 +200,4 @@ def insert_new_events(session: Session, rows: Sequence[Mapping[str, Any]]) -> di
                     inserted[event_id] = key
         finally:
             cursor.close()
-    return inserted
+    return inserted, False

@@ -19,7 +19,7 @@ from sqlmodel import Session, col
 
 from service.schemas import EventIn, FeedbackIn
 from service.storable import text_problem
-from service.store.event_rows import insert_new_events
+from service.store.event_rows import NewPassage, insert_new_events
 from service.store.lookups import lookup_each, unnest_keys
 from service.store.models import (
     Event,
@@ -131,12 +131,12 @@ def _event_row(tenant: str, event_id: str, event: EventIn, now: datetime) -> dic
     }
 
 
-def _passage_rows(event_pk: int, event: EventIn) -> list[PassageRow]:
+def _new_passages(event_id: str, event: EventIn) -> list[NewPassage]:
     rows = []
     for rank, passage in enumerate(event.passages, start=1):
         digest = text_hash(passage.text)
         passage_id = passage_key(passage.id, digest)
-        rows.append(PassageRow(event_pk, rank, passage_id, passage.score, digest, passage.text))
+        rows.append((event_id, rank, passage_id, passage.score, digest, passage.text))
     return rows
 
 
@@ -161,17 +161,17 @@ def insert_events(
     """Store new events in one transaction; known ids come back as duplicate or conflict.
 
     A fixed number of round trips whatever the batch size: the events in one statement that
-    skips the ids already stored (``service/store/event_rows.py``), the stored hashes of those
-    ids when there are any, and the passages in two (their texts, then the references:
-    ``service/store/passages.py``). An id repeated in ``events`` is stored once, as its first
-    occurrence. ``initial`` gives an event's status and priority at insert (by event id;
-    pending and normal priority when absent).
+    skips the ids already stored, with their passages' references and new texts on PostgreSQL
+    (``service/store/event_rows.py``), the stored hashes of the ids skipped when there are
+    any, and on SQLite the passages in two statements (``service/store/passages.py``). An id
+    repeated in ``events`` is stored once, as its first occurrence. ``initial`` gives an event's
+    status and priority at insert (by event id; pending and normal priority when absent).
 
     The caller commits.
     """
     digests: dict[str, str] = {}  # each id's first occurrence in this call
     rows: list[dict[str, Any]] = []
-    firsts: dict[str, EventIn] = {}
+    passages: list[NewPassage] = []
     ordered: list[tuple[str, EventIn, str]] = []
     for event_id, event in events:
         digest = payload_hash(event)
@@ -179,9 +179,9 @@ def insert_events(
         if event_id in digests:
             continue
         digests[event_id] = digest
-        firsts[event_id] = event
         rows.append(_new_row(tenant, event_id, event, now, digest, initial))
-    pks = insert_new_events(session, rows)
+        passages.extend(_new_passages(event_id, event))
+    pks, passages_written = insert_new_events(session, tenant, rows, passages)
     # Ids that did not come back were stored before (or by a transaction that committed while
     # this one waited): their hashes tell a resend from a different event.
     known = [event_id for event_id in digests if event_id not in pks]
@@ -189,15 +189,11 @@ def insert_events(
     missing = [event_id for event_id in known if event_id not in stored_hashes]
     if missing:  # skipped for a row that was deleted since: not stored, so not acknowledged
         raise IntegrityError("INSERT ... ON CONFLICT DO NOTHING", missing, LookupError(missing))
-    if pks:
+    if not passages_written:
         store_passages(
             session,
             tenant,
-            [
-                passage
-                for event_id, key in pks.items()
-                for passage in _passage_rows(key, firsts[event_id])
-            ],
+            [PassageRow(pks[p[0]], *p[1:]) for p in passages if p[0] in pks],
         )
     results: list[InsertResult] = []
     counted: set[str] = set()

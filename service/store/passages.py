@@ -16,8 +16,9 @@ being deleted) is settled by a table lock on PostgreSQL; SQLite has one writer a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import bindparam
 from sqlalchemy import text as sql_text
@@ -51,56 +52,90 @@ class StoredPassage:
     text: str
 
 
-# --- writing: two statements per commit group, whatever its size --------------------------------
+# --- writing: a fixed number of statements per commit group, whatever its size ------------------
 
-# Texts sorted by hash: two transactions inserting the same new texts take their unique-key locks
-# in one order, so they wait for each other instead of deadlocking. The arrays go in binary
-# (%b): the text format escapes every element in Python, which doubled this step's client CPU.
-_TEXTS_INSERT_POSTGRES = (
-    "INSERT INTO passage_texts (tenant, content_hash, body) "
-    "SELECT %s, digest, body FROM unnest(%b::varchar[], %b::bytea[]) AS given(digest, body) "
-    "ON CONFLICT DO NOTHING"
-)
 _TEXTS_INSERT_SQLITE = (
     "INSERT INTO passage_texts (tenant, content_hash, body) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
 )
-_REFERENCES_COPY = "COPY passages (event_pk, rank, passage_id, score, content_hash) FROM STDIN"
 _REFERENCES_INSERT = (
     "INSERT INTO passages (event_pk, rank, passage_id, score, content_hash) VALUES (?, ?, ?, ?, ?)"
 )
 
 
-def store_passages(session: Session, tenant: str, rows: Sequence[PassageRow]) -> None:
-    """Write new events' passages inside the session's transaction: the texts not yet stored
-    for the tenant, then every reference.
+def stored_forms(texts: Iterable[tuple[str, str]]) -> dict[str, bytes]:
+    """Each distinct (hash, text)'s stored form, sorted by hash: two transactions inserting the
+    same new texts then take their unique-key locks in one order and wait instead of
+    deadlocking."""
+    return {digest: encode_body(text) for digest, text in sorted(dict(texts).items())}
 
-    Two round trips whatever the number of events: the distinct texts in one statement that
-    skips those already stored (INSERT ... ON CONFLICT DO NOTHING), the references in one bulk
-    write (COPY on PostgreSQL, a prepared executemany on SQLite). Plain tuples go straight to
-    the driver: SQLAlchemy's per-row parameter processing was most of the cost of this step.
-    Each distinct text is encoded once per commit group, stored or not (telling which are new
-    would cost another round trip); the forms of recent texts are kept (``encode_body``).
+
+# PostgreSQL writes the references and the texts in the statement that inserts their events
+# (``service/store/event_rows.py``): these data-modifying WITH queries follow the one named
+# ``new_events`` (RETURNING id, event_id). Parameters, in order: the references' five arrays
+# (event id, rank, passage id, score, hash), the tenant, the texts' hashes and stored forms.
+# Only the events inserted get references, and only their texts are stored: a resent event's
+# texts may have been purged with it, and must not come back without a reference.
+POSTGRES_PASSAGES_WITH = """
+given_passages AS (
+    SELECT * FROM unnest(%b::varchar[], %b::integer[], %b::varchar[], %b::float8[], %b::varchar[])
+        AS given(event_id, rank, passage_id, score, content_hash)
+),
+new_references AS (
+    INSERT INTO passages (event_pk, rank, passage_id, score, content_hash)
+    SELECT e.id, r.rank, r.passage_id, r.score, r.content_hash
+    FROM given_passages r JOIN new_events e ON e.event_id = r.event_id
+),
+new_texts AS (
+    INSERT INTO passage_texts (tenant, content_hash, body)
+    SELECT %s, t.digest, t.body FROM unnest(%b::varchar[], %b::bytea[]) AS t(digest, body)
+    WHERE t.digest IN (
+        SELECT r.content_hash FROM given_passages r JOIN new_events e ON e.event_id = r.event_id
+    )
+    ORDER BY t.digest
+    ON CONFLICT DO NOTHING
+)
+"""
+
+
+def postgres_passage_parameters(
+    tenant: str, passages: Sequence[tuple[str, int, str, float | None, str, str]]
+) -> list[object]:
+    """The parameters of ``POSTGRES_PASSAGES_WITH`` for (event id, rank, passage id, score,
+    hash, text) rows."""
+    texts = stored_forms((row[4], row[5]) for row in passages)
+    return [
+        [row[0] for row in passages],
+        [row[1] for row in passages],
+        [row[2] for row in passages],
+        [row[3] for row in passages],
+        [row[4] for row in passages],
+        tenant,
+        list(texts),
+        list(texts.values()),
+    ]
+
+
+def store_passages(session: Session, tenant: str, rows: Sequence[PassageRow]) -> None:
+    """Write new events' passages on SQLite, inside the session's transaction: the texts not yet
+    stored for the tenant, then every reference (PostgreSQL writes them in the events' own
+    statement: ``POSTGRES_PASSAGES_WITH``).
+
+    Two prepared statements whatever the number of events: the distinct texts, skipping those
+    already stored (INSERT ... ON CONFLICT DO NOTHING), and the references. Plain tuples go
+    straight to the driver: SQLAlchemy's per-row parameter processing was most of the cost of
+    this step. Each distinct text is encoded once per commit group, stored or not (telling which
+    are new would cost another statement); the forms of recent texts are kept (``encode_body``).
     """
     if not rows:
         return
-    texts = {
-        digest: encode_body(body)
-        for digest, body in sorted({row.content_hash: row.text for row in rows}.items())
-    }
+    texts = stored_forms((row.content_hash, row.text) for row in rows)
     references = [
         (row.event_pk, row.rank, row.passage_id, row.score, row.content_hash) for row in rows
     ]
     connection = session.connection()
-    driver = connection.connection.driver_connection
-    if connection.dialect.name == "postgresql":
-        with driver_errors(connection, _TEXTS_INSERT_POSTGRES), driver.cursor() as cursor:  # type: ignore[union-attr]
-            cursor.execute(_TEXTS_INSERT_POSTGRES, (tenant, list(texts), list(texts.values())))
-            with cursor.copy(_REFERENCES_COPY) as copy:
-                for reference in references:
-                    copy.write_row(reference)
-        return
+    driver: Any = connection.connection.driver_connection
     with driver_errors(connection, _TEXTS_INSERT_SQLITE):
-        cursor = driver.cursor()  # type: ignore[union-attr]
+        cursor = driver.cursor()
         try:
             cursor.executemany(
                 _TEXTS_INSERT_SQLITE, [(tenant, digest, body) for digest, body in texts.items()]

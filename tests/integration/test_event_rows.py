@@ -62,10 +62,10 @@ def _written_both_ways(engine: Engine, event: EventIn, state: InitialState | Non
     }
     with session_scope(engine) as session:
         session.execute(table(Event).insert(), [{name: rows["orm"][name] for name in COLUMNS}])
-        keys = insert_new_events(session, [rows["driver"]])
+        keys, _ = insert_new_events(session, "driver", [rows["driver"]])
         assert list(keys) == [event_id]
         # A known id is skipped, not an error, and does not come back.
-        assert insert_new_events(session, [rows["driver"]]) == {}
+        assert insert_new_events(session, "driver", [rows["driver"]])[0] == {}
         session.commit()
     assert _stored(engine, "driver", event_id) == _stored(engine, "orm", event_id)
 
@@ -140,7 +140,7 @@ def test_a_driver_error_is_raised_as_sqlalchemy_raises_it(store_url: str) -> Non
             # Undone by the rollback: DDL is transactional on both stores.
             session.execute(sql_text("ALTER TABLE events RENAME TO events_away"))
             with pytest.raises(DBAPIError) as raised:
-                insert_new_events(session, [row])
+                insert_new_events(session, "t", [row])
             session.rollback()
     finally:
         engine.dispose()
