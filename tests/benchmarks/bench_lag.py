@@ -61,8 +61,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +69,7 @@ import orjson
 import redis
 
 from tests.benchmarks.bench_ingest import event
+from tests.benchmarks.bench_ingest import store as database
 from tests.benchmarks.bench_judging import JUDGED, start_worker, stop, wait_judged
 from tests.benchmarks.common import (
     REDIS_URL,
@@ -77,7 +77,6 @@ from tests.benchmarks.common import (
     api_command,
     free_port,
     median_figure,
-    postgres_database,
     running,
     service_env,
     table,
@@ -381,15 +380,6 @@ def steady_run(
     run.judged_p50 = quantile(0.5, lag_before, lag_after) or math.nan
     run.judged_p95 = quantile(0.95, lag_before, lag_after) or math.nan
     run.judge_call_p95 = quantile(0.95, judge_before, judge_after) or math.nan
-
-
-@contextmanager
-def database(store: str, tmp: Path) -> Iterator[str]:
-    if store == "sqlite":
-        yield f"sqlite:///{tmp / f'lag-{uuid.uuid4().hex[:6]}.db'}"
-    else:
-        with postgres_database(f"rm_bench_lag_{uuid.uuid4().hex[:8]}") as url:
-            yield url
 
 
 def measure_one(store: str, processes: int, args: argparse.Namespace, judge_url: str) -> Run:
