@@ -12,8 +12,9 @@ when this module does); tests/integration/test_passage_store.py reads its output
 
 from __future__ import annotations
 
-import functools
+import threading
 import zlib
+from collections import OrderedDict
 
 from service.store.readable import readable_text
 
@@ -21,14 +22,8 @@ PLAIN = b"u"  # the text's UTF-8
 ZLIB = b"z"  # the text's UTF-8, zlib-compressed
 # zlib's default level, a balance of size and ingest time.
 LEVEL = 6
-# Texts whose stored form is kept: a retriever's popular chunks recur across events, and ingest
-# writes every text of a commit group (one already stored is skipped by the database, which only
-# a round trip more could tell in advance). Compressing a 1.4 kB text costs about 50 us; a hit
-# costs its hash. About 8 MB at 4,096 texts of 1 kB (text and form).
-ENCODED_CACHE_SIZE = 4096
 
 
-@functools.lru_cache(maxsize=ENCODED_CACHE_SIZE)
 def encode_body(text: str) -> bytes:
     """The stored form of a text: compressed when that is shorter, else plain."""
     raw = text.encode("utf-8")
@@ -54,3 +49,39 @@ def decode_body(body: bytes | None) -> str:
         # Not a form this version writes: the whole value as text, as a plain column would read.
         payload = bytes(body)
     return readable_text(payload)
+
+
+class RecentForms:
+    """The stored forms of recent texts, by content hash.
+
+    A retriever's popular chunks recur across events, and ingest writes every text of a commit
+    group (the database skips those it has, which only another round trip could tell in
+    advance); compressing a 1.4 kB text costs about 50 us, a hit a dictionary lookup. Keyed by
+    the hash, not the text, and keeping only forms up to ``max_bytes``: a passage may be 20,000
+    characters, so keeping every text would let the cache grow to hundreds of MB; this way it
+    holds at most ``size`` x (``max_bytes`` + a 64-character key), 17 MB by default.
+    """
+
+    def __init__(self, size: int = 4096, max_bytes: int = 4096) -> None:
+        self.size = size
+        self.max_bytes = max_bytes
+        self._forms: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()  # commit writers and batch requests share it
+
+    def form(self, digest: str, text: str) -> bytes:
+        """``encode_body(text)``, where ``digest`` is the text's content hash."""
+        with self._lock:
+            form = self._forms.get(digest)
+            if form is not None:
+                self._forms.move_to_end(digest)
+                return form
+        form = encode_body(text)
+        if len(form) <= self.max_bytes:
+            with self._lock:
+                self._forms[digest] = form
+                if len(self._forms) > self.size:
+                    self._forms.popitem(last=False)
+        return form
+
+    def __len__(self) -> int:
+        return len(self._forms)

@@ -25,7 +25,7 @@ from sqlalchemy import text as sql_text
 from sqlmodel import Session
 
 from service.store.driver import driver_errors
-from service.store.passage_body import decode_body, encode_body
+from service.store.passage_body import RecentForms, decode_body
 
 
 @dataclass(frozen=True)
@@ -62,11 +62,14 @@ _REFERENCES_INSERT = (
 )
 
 
+_RECENT = RecentForms()
+
+
 def stored_forms(texts: Iterable[tuple[str, str]]) -> dict[str, bytes]:
     """Each distinct (hash, text)'s stored form, sorted by hash: two transactions inserting the
     same new texts then take their unique-key locks in one order and wait instead of
     deadlocking."""
-    return {digest: encode_body(text) for digest, text in sorted(dict(texts).items())}
+    return {digest: _RECENT.form(digest, text) for digest, text in sorted(dict(texts).items())}
 
 
 # PostgreSQL writes the references and the texts in the statement that inserts their events
@@ -124,7 +127,7 @@ def store_passages(session: Session, tenant: str, rows: Sequence[PassageRow]) ->
     already stored (INSERT ... ON CONFLICT DO NOTHING), and the references. Plain tuples go
     straight to the driver: SQLAlchemy's per-row parameter processing was most of the cost of
     this step. Each distinct text is encoded once per commit group, stored or not (telling which
-    are new would cost another statement); the forms of recent texts are kept (``encode_body``).
+    are new would cost another statement); the forms of recent texts are kept (``RecentForms``).
     """
     if not rows:
         return
