@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
-from service.settings import Settings
+from service.kernel.settings import Settings
 from service.store.migrate import upgrade
 from tests.paths import REPO_ROOT
 
@@ -195,7 +195,7 @@ class WorkerProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
-        from service.cli import worker_command
+        from service.cli.main import worker_command
 
         command = worker_command(self.concurrency, self.with_scheduler, self.settings)
         self.log = self.log_path.open("ab")
@@ -316,8 +316,8 @@ class LiveServer:
 
         import uvicorn
 
-        from service.embedded import free_port
-        from service.server import server_config
+        from service.process.embedded import free_port
+        from service.process.server import server_config
 
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -389,7 +389,7 @@ def private_redis(tmp_path: Path, *config: str) -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not installed")
-    from service.embedded import free_port
+    from service.process.embedded import free_port
 
     port = free_port()
     command = [

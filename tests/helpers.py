@@ -12,17 +12,19 @@ from sqlalchemy import Engine
 
 from service.api.app import create_app
 from service.api.keys import key_hash, new_key
+from service.kernel.clock import utcnow
+from service.kernel.hashing import text_hash
+from service.kernel.schemas import EventIn
+from service.kernel.settings import Settings
 from service.measures.formulas import EventLabels, compute_measures
-from service.runtime import Runtime
-from service.schemas import EventIn
-from service.settings import Settings
 from service.store import events as event_store
 from service.store import judging as judging_store
 from service.store.engine import make_engine, session_scope
-from service.store.events import insert_events, utcnow
+from service.store.events import insert_events
 from service.store.keys import add_key
 from service.store.migrate import upgrade
 from service.ui.routes import router as ui_router
+from service.wiring.runtime import Runtime
 
 
 def make_event(
@@ -118,7 +120,7 @@ def judge(
             completion_tokens=5,
             malformed_replies=0,
             new_cache_entries={},
-            query_hash=event_store.text_hash(event.query),
+            query_hash=text_hash(event.query),
             measures=measures,
             np_window=int(measures["np_window"] or 0),
             alpha=0.5,

@@ -13,14 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from service.kernel.clock import utcnow
+from service.kernel.schemas import EventIn
+from service.kernel.settings import Settings
 from service.replay.beir import BeirDataset, load_beir
 from service.replay.bm25 import Bm25Index
-from service.runtime import Runtime
-from service.schemas import EventIn
-from service.settings import Settings
 from service.store.engine import session_scope
-from service.store.events import insert_events, utcnow
+from service.store.events import insert_events
 from service.store.migrate import upgrade
+from service.wiring.runtime import Runtime
 from tests.paths import shared_data_dir
 
 SCIFACT = shared_data_dir() / "scifact"

@@ -1,0 +1,7 @@
+"""The Celery workers: the tasks (``tasks``), the judging of a slice of events (``judging``), the
+claims that make one judge call per event, and the judges themselves (``judge``).
+
+May import: ``service.kernel``, ``service.store``, ``service.telemetry``, ``service.measures``,
+``service.wiring``, ``service.ingest`` (the judge queue) and ``service.spend``. The service never
+imports the workers: it sends them tasks by name.
+"""

@@ -15,9 +15,10 @@ from celery import Celery
 from celery.signals import worker_init
 from redis import Redis
 
-from service.queue import JUDGE_SLICE_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK, urgent_queue
-from service.redis_check import eviction_problem
-from service.settings import get_settings
+from service.ingest.judge_queue import JUDGE_SLICE_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK
+from service.kernel.queue_names import urgent_queue
+from service.kernel.redis_check import eviction_problem
+from service.kernel.settings import get_settings
 from service.store.db_check import warn_if_statistics_go_stale
 from service.store.engine import make_engine
 

@@ -25,17 +25,18 @@ from typing import Literal
 
 from sqlalchemy.exc import IntegrityError
 
-from service.ingest.ratelimit import TokenBucket
+from service.kernel.clock import utcnow
+from service.kernel.hashing import text_hash
+from service.kernel.ratelimit import TokenBucket
 from service.measures.formulas import EventLabels, compute_measures, first_gold_ranks
-from service.runtime import Runtime
 from service.spend.budget import BudgetExhaustedError, reserve_call, settle_call
-from service.store import events as event_store
 from service.store import judging as judging_store
 from service.store.engine import session_scope
 from service.store.judging import EventForJudging, JudgeIdentity, StoredScore
 from service.store.models import EventStatus
 from service.telemetry.aggregates import Delta
 from service.telemetry.score_export import ExportLabels, done_key, score_delta
+from service.wiring.runtime import Runtime
 from workers.cache_figures import CallShape, JudgedEvent, cache_delta
 from workers.claims import EventClaims
 from workers.judge.base import Judge, JudgeReply, TransientJudgeError, VectorUse
@@ -122,7 +123,7 @@ def judge_events(
         events = judging_store.load_many_for_judging(session, event_pks)
         scored = judging_store.scored_event_pks(session, [e.pk for e in events], who)
         work = [
-            _Work(e, event_store.text_hash(e.query), context_cache_key(e))
+            _Work(e, text_hash(e.query), context_cache_key(e))
             for e in events
             if e.pk not in scored and (force or e.status != EventStatus.SKIPPED)
         ]
@@ -460,7 +461,7 @@ def _export(
 ) -> None:
     """Add each event's score and judging cost to the shared aggregates, once per event, and the
     slice's spend figures, in one round trip."""
-    now = event_store.utcnow()
+    now = utcnow()
     deltas: list[tuple[str, Delta]] = []
     for event, stored, reply in exports:
         delta = score_delta(

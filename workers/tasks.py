@@ -9,19 +9,18 @@ from functools import cache
 
 from celery import Task
 
-from service.queue import (
+from service.ingest.judge_queue import (
     FANOUT_TASK,
     JUDGE_SLICE_TASK,
     JUDGE_TASK,
     PURGE_TASK,
     SWEEP_TASK,
     slices,
-    urgent_queue,
     waiting_event_pks,
 )
-from service.replay.rejudge import OVERRIDABLE
-from service.runtime import Runtime
-from service.settings import Settings, get_settings
+from service.kernel.clock import utcnow
+from service.kernel.queue_names import urgent_queue
+from service.kernel.settings import OVERRIDABLE, Settings, get_settings
 from service.spend.budget import BudgetExhaustedError
 from service.spend.shedding import shed_backlog
 from service.store import events as event_store
@@ -30,6 +29,7 @@ from service.store import spend as spend_repository
 from service.store.engine import session_scope
 from service.telemetry.aggregates import Delta
 from service.telemetry.rebuild import ensure_aggregates
+from service.wiring.runtime import Runtime
 from workers import judging
 from workers.celery_app import app
 from workers.claims import EventClaims
@@ -219,7 +219,7 @@ def purge_old_texts() -> int:
     rt = runtime()
     if rt.settings.retention_days <= 0:
         return 0
-    cutoff = event_store.older_than(event_store.utcnow(), rt.settings.retention_days * 86400)
+    cutoff = event_store.older_than(utcnow(), rt.settings.retention_days * 86400)
     purged = 0
     while True:
         with session_scope(rt.engine) as session:
@@ -240,7 +240,7 @@ def sweep_pending() -> int:
     rt = runtime()
     ensure_aggregates(rt)
     shed_backlog(rt)
-    now = event_store.utcnow()
+    now = utcnow()
     stale_before = event_store.older_than(now, rt.settings.pending_requeue_seconds)
     with session_scope(rt.engine) as session:
         stale = event_store.pending_to_requeue(session, stale_before, limit=10_000)

@@ -23,7 +23,7 @@ from service.analysis.report import to_jsonable
 from service.analysis.threshold_fit import Agreement, agreement, fit_thresholds, split_queries
 from service.store import calibration as calibration_store
 from service.store.analysis import EventWindow
-from service.store.calibration import GoldSimilarity
+from service.store.calibration import GoldSimilarity, local_prompt_version
 
 # Ten queries a half: fewer, and the held-out kappa's interval spans most of [0, 1].
 MIN_QUERIES = 20
@@ -57,11 +57,6 @@ class LocalCalibration:
 
     def at(self, grade: int) -> GradeAgreement:
         return next(row for row in self.held_out if row.grade == grade)
-
-
-def local_prompt_version(encoder_version: str, thresholds: Sequence[float]) -> str:
-    """``sim-v1@t1,t2,t3``: the mapping from similarity to grade is the local judge's prompt."""
-    return f"{encoder_version}@" + ",".join(f"{t:g}" for t in thresholds)
 
 
 def grades_of(similarities: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from service.kernel.clock import as_utc
+
 DEFAULT_SPAN = timedelta(days=7)
+# What parse_moment accepts, for the --since and --until of every command.
+TIME_HELP = "ISO 8601 (UTC unless an offset is given) or a span back from now: 90m, 24h, 7d, 2w"
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 # Windows begin no earlier than this and end no later than a day past now: far enough for any
@@ -38,7 +42,7 @@ def parse_moment(text: str, now: datetime) -> datetime:
         return now - span
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+        moment = as_utc(moment)
     except (ValueError, OverflowError):
         raise ValueError(
             f"not a time: {text!r} (use ISO 8601, e.g. 2025-01-31T12:00Z, or a span such as "

@@ -17,9 +17,9 @@ from service.analysis.runner import (
 from service.analysis.window import parse_moment, preceding, resolve_window
 from service.api.deps import Caller, StateDep
 from service.api.state import AppState
+from service.kernel.clock import utcnow
 from service.store.analysis import EventWindow
 from service.store.engine import session_scope
-from service.store.events import utcnow
 
 router = APIRouter(prefix="/v1/analysis", tags=["analysis"])
 

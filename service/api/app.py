@@ -18,12 +18,12 @@ from service.api.heap import freeze_startup_objects
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
 from service.api.state import AppState
 from service.ingest.accept import empty_retrieval_labels
-from service.runtime import Runtime
-from service.settings import Settings
+from service.kernel.settings import Settings
 from service.store.db_check import warn_if_statistics_go_stale
 from service.store.models import DEFAULT_TENANT
 from service.telemetry.rebuild import ensure_aggregates
 from service.ui.routes import router as ui_router
+from service.wiring.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from service.analysis.report import to_jsonable
 from service.analysis.window import resolve_window
 from service.api.analysis import App, Retriever, Since, Until
 from service.api.deps import Caller, StateDep
+from service.kernel.clock import utcnow
 from service.store.analysis import EventWindow
 from service.store.engine import session_scope
-from service.store.events import utcnow
 
 router = APIRouter(prefix="/v1/calibration", tags=["calibration"])
 Seed = Annotated[int, Query(description="Seed of the query split and the intervals.")]

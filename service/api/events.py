@@ -12,9 +12,7 @@ from service.api.keys import Principal
 from service.api.state import AppState
 from service.ingest.accept import CONFLICT_MESSAGE, Refusal, Rejection, validate
 from service.ingest.group_commit import NotStoredError
-from service.measures.catalogue import MEASURE_NAMES
-from service.measures.formulas import first_gold_ranks
-from service.schemas import (
+from service.kernel.schemas import (
     ERROR_RESPONSES,
     BatchIn,
     BatchResult,
@@ -26,6 +24,8 @@ from service.schemas import (
     PassageView,
     check_feedback_limits,
 )
+from service.measures.catalogue import MEASURE_NAMES
+from service.measures.formulas import first_gold_ranks
 from service.store import events as event_store
 from service.store.engine import session_scope
 from service.telemetry.aggregates import Delta

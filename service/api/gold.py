@@ -17,8 +17,10 @@ from service.analysis.report import to_jsonable
 from service.analysis.window import resolve_window
 from service.api.deps import StateDep, UiCaller
 from service.api.keys import Principal
-from service.schemas import ERROR_RESPONSES, EventGoldView, GoldIn, GoldLabelView
-from service.storable import text_problem
+from service.kernel.clock import utcnow
+from service.kernel.hashing import text_hash
+from service.kernel.schemas import ERROR_RESPONSES, EventGoldView, GoldIn, GoldLabelView
+from service.kernel.storable import text_problem
 from service.store import events as event_store
 from service.store import gold as gold_store
 from service.store.analysis import EventWindow
@@ -83,7 +85,7 @@ def checked_label(
         derived = (
             missing.id
             if missing.id is not None
-            else event_store.passage_key(None, event_store.text_hash(missing_text or ""))
+            else event_store.passage_key(None, text_hash(missing_text or ""))
         )
         if derived in sent:
             raise _unprocessable(
@@ -98,7 +100,7 @@ def checked_label(
         passage_ids=tuple(passage_ids),
         missing_text=missing_text,
         answer_correct=body.answer_correct,
-        labelled_at=event_store.utcnow(),
+        labelled_at=utcnow(),
     )
 
 
@@ -172,7 +174,7 @@ def get_agreement(
     and how many events labelled twice or more the labellers agreed on (the others leave the
     gold set)."""
     try:
-        start, end = resolve_window(since, until, event_store.utcnow())
+        start, end = resolve_window(since, until, utcnow())
     except ValueError as exc:
         raise _unprocessable(str(exc)) from exc
     window = EventWindow(start, end, app=app, retriever=retriever, tenant=caller.tenant)

@@ -25,7 +25,7 @@ from service.ingest.otlp.responses import (
     status_body,
     success_body,
 )
-from service.schemas import EventIn
+from service.kernel.schemas import EventIn
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ from service.api.sessions import SessionStore
 from service.ingest.accept import Ingestor
 from service.ingest.dispatch import GatheringSender
 from service.ingest.group_commit import GroupCommitter
-from service.runtime import Runtime
 from service.spend.budget import BudgetGauges
 from service.telemetry.exporter import MetricsPage, PipelineGauges
 from service.telemetry.pipeline import read_pipeline_state
 from service.telemetry.rebuild import rebuild_if_lost
+from service.wiring.runtime import Runtime
 
 
 @dataclass

@@ -7,6 +7,6 @@
 ``deferred`` (the near-duplicate ratio, counted after the answer) and ``redaction``. ``otlp`` is
 one more source of events: OTLP/HTTP spans in, event dicts out.
 
-May import: ``service.store``, ``service.telemetry``, ``service.measures`` and the root modules
-(settings, runtime, schemas, queue). Never ``service.api``, ``service.ui`` or ``workers``.
+May import: ``service.kernel``, ``service.store``, ``service.telemetry``, ``service.measures`` and
+``service.wiring``. Never ``service.api``, ``service.ui`` or ``workers``.
 """

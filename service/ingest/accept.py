@@ -21,23 +21,25 @@ from sqlalchemy.exc import IntegrityError
 from service.ingest.backpressure import Backpressure
 from service.ingest.counts import IngestCounts, count_rejected
 from service.ingest.deferred import DuplicateRatios, PendingRatio
-from service.ingest.ratelimit import TokenBucket
-from service.ingest.redaction import Redactor
+from service.ingest.judge_queue import TaskSender
 from service.ingest.sampling import decide
 from service.ingest.signals import NearDuplicateCount, Signals, compute_signals, looks_bad
-from service.queue import TaskSender, urgent_queue
-from service.runtime import Runtime
-from service.schemas import (
+from service.kernel.clock import utcnow
+from service.kernel.queue_names import urgent_queue
+from service.kernel.ratelimit import TokenBucket
+from service.kernel.redaction import Redactor
+from service.kernel.schemas import (
     MAX_ID_CHARS,
     MAX_LABEL_COLUMN_CHARS,
     EventIn,
     IngestResult,
     check_limits,
 )
-from service.settings import Settings
+from service.kernel.settings import Settings
 from service.store import events as event_store
 from service.store.engine import session_scope
 from service.telemetry.aggregates import Delta
+from service.wiring.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -264,9 +266,7 @@ class Ingestor:
         with session_scope(self.runtime.engine) as session:
             try:
                 started = time.perf_counter()
-                stored = event_store.insert_events(
-                    session, tenant, named, event_store.utcnow(), initial
-                )
+                stored = event_store.insert_events(session, tenant, named, utcnow(), initial)
                 session.commit()
                 self.backpressure.record_commit(time.perf_counter() - started)
             except Exception as exc:
@@ -282,7 +282,7 @@ class Ingestor:
                     )
                 session.rollback()
                 stored = event_store.insert_events_one_by_one(
-                    session, tenant, named, event_store.utcnow(), initial
+                    session, tenant, named, utcnow(), initial
                 )
 
         delta = Delta(tenant)

@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from service.runtime import Runtime
 from service.store import events as event_store
 from service.store.engine import session_scope
+from service.wiring.runtime import Runtime
 
 # How much one slow commit moves the average: high enough to react within a few requests.
 _EWMA_WEIGHT = 0.2

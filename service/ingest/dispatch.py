@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from service.queue import TaskSender
+from service.ingest.judge_queue import TaskSender
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,9 @@ from sqlmodel import Session
 
 from service.analysis.gold_queue import window_agreement
 from service.analysis.report import to_jsonable
-from service.analysis.window import resolve_window
-from service.settings import Settings
+from service.analysis.window import TIME_HELP, resolve_window
+from service.kernel.clock import utcnow
+from service.kernel.settings import Settings
 from service.store import analysis as repo
 from service.store import events as event_store
 from service.store import gold as gold_store
@@ -125,9 +126,6 @@ def _write_jsonl(path: Path, records: Any) -> None:
             lines.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
-TIME_HELP = "ISO 8601 (UTC unless an offset is given) or a span back from now: 90m, 24h, 7d, 2w"
-
-
 def add_gold_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     gold = sub.add_parser("gold", help="the gold set labelled in the tool")
     actions = gold.add_subparsers(dest="gold_command", required=True, metavar="ACTION")
@@ -149,7 +147,7 @@ def add_gold_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
 
 def cmd_gold_export(args: argparse.Namespace, settings: Settings) -> int:
     try:
-        since, until = resolve_window(args.since, args.until, event_store.utcnow())
+        since, until = resolve_window(args.since, args.until, utcnow())
     except ValueError as exc:
         print(f"retrieval-monitor gold export: {exc}", file=sys.stderr)
         return 2

@@ -26,17 +26,14 @@ from datetime import datetime
 from celery import Celery
 from tqdm import tqdm
 
-from service.queue import JUDGE_TASK
-from service.runtime import Runtime
-from service.settings import Settings
+from service.ingest.judge_queue import JUDGE_TASK
+from service.kernel.clock import utcnow
+from service.kernel.settings import Settings
 from service.spend.budget import Budget
 from service.store import spend as spend_repository
 from service.store.engine import session_scope
-from service.store.events import utcnow
+from service.wiring.runtime import Runtime
 
-# Judge settings a re-judge may replace. The API key is not among them: it would travel through
-# the broker; a worker reaches another endpoint with its own key.
-OVERRIDABLE = ("judge_base_url", "judge_model", "judge_per_passage", "judge_shuffle")
 CURSOR_PREFIX = "rm:rejudge:"
 CURSOR_TTL_SECONDS = 30 * 86400
 
@@ -186,7 +183,7 @@ class Rejudge:
 
 
 def add_rejudge_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from service.analysis.cli import TIME_HELP
+    from service.analysis.window import TIME_HELP
 
     rejudge = sub.add_parser(
         "rejudge",
@@ -279,6 +276,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_rejudge_command(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace, Settings], int] = args.handler
-    from service.settings import get_settings
+    from service.kernel.settings import get_settings
 
     return handler(args, get_settings())

@@ -1,5 +1,5 @@
 """Judge cost control shared by every worker: token and dollar budgets through Redis, and
 shedding a backlog the judge cannot keep up with.
 
-May import: ``service.store``, ``service.telemetry`` and the root modules.
+May import: ``service.kernel``, ``service.store``, ``service.telemetry`` and ``service.wiring``.
 """

@@ -24,12 +24,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from redis import Redis
 
-from service.runtime import Runtime
-from service.settings import Settings
+from service.kernel.settings import Settings
 from service.store.models import DEFAULT_TENANT
 from service.telemetry.aggregates import Delta
 from service.telemetry.cardinality import LabelSetCap
 from service.telemetry.metrics import BUDGET_REMAINING
+from service.wiring.runtime import Runtime
 
 WINDOWS = ("tokens_per_hour", "tokens_per_day", "dollars_per_hour", "dollars_per_day")
 _SECONDS = {"hour": 3600, "day": 86400}

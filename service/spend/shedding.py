@@ -4,10 +4,10 @@ bound is per tenant: a tenant's flood sheds only its own events. Gold and urgent
 
 from __future__ import annotations
 
-from service.runtime import Runtime
 from service.store import spend as spend_repository
 from service.store.engine import session_scope
 from service.telemetry.aggregates import Delta
+from service.wiring.runtime import Runtime
 
 SHED_BATCH = 10_000
 

@@ -8,5 +8,5 @@ probe two of them share. The web pages' own reads live with the pages (``service
 since their query parameters are the pages' filters. Routes and tasks call these; none writes
 SQL itself.
 
-May import: ``service.measures`` and the root modules (settings, schemas). Nothing downstream.
+May import: ``service.kernel`` and ``service.measures``. Nothing downstream.
 """

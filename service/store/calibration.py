@@ -7,6 +7,7 @@ are its labels; the part of the prompt version before ``@`` names its encoder.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,11 @@ from sqlmodel import Session, col, select
 
 from service.store.analysis import EventWindow, gold_events_in_window, passage_ids
 from service.store.models import Event, Judgment, LocalJudgeCalibration
+
+
+def local_prompt_version(encoder_version: str, thresholds: Sequence[float]) -> str:
+    """``sim-v1@t1,t2,t3``: the mapping from similarity to grade is the local judge's prompt."""
+    return f"{encoder_version}@" + ",".join(f"{t:g}" for t in thresholds)
 
 
 @dataclass(frozen=True)

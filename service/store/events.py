@@ -8,7 +8,7 @@ import json
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import orjson
@@ -17,8 +17,10 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlmodel import Session, col
 
-from service.schemas import EventIn, FeedbackIn
-from service.storable import text_problem
+from service.kernel.clock import as_utc
+from service.kernel.hashing import text_hash
+from service.kernel.schemas import EventIn, FeedbackIn
+from service.kernel.storable import text_problem
 from service.store.event_rows import NewPassage, insert_new_events
 from service.store.lookups import lookup_each, unnest_keys
 from service.store.models import (
@@ -29,14 +31,6 @@ from service.store.models import (
     Score,
 )
 from service.store.passages import PassageRow, StoredPassage, read_passages, store_passages
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def payload_hash(event: EventIn) -> str:
@@ -88,7 +82,7 @@ def refused_by_store(exc: BaseException) -> bool:
     """The database or its driver refused a value of the event itself: retrying cannot help,
     and the event's own request (or batch slot) should be told so.
 
-    The bodies are checked to be storable before this point (``service/storable.py``); this
+    The bodies are checked to be storable before this point (``service/kernel/storable.py``); this
     is the safety net for whatever that check misses, so a miss costs one event a 422, never a
     batch or a 503. The passages go to the driver directly (COPY), whose errors are not wrapped.
     """
@@ -301,13 +295,6 @@ def pending_by_tenant(session: Session) -> dict[str, PendingSummary]:
         .group_by(col(Event.tenant))
     ).all()
     return {tenant: PendingSummary(int(count), as_utc(oldest)) for tenant, count, oldest in rows}
-
-
-def as_utc(moment: datetime | None) -> datetime | None:
-    # SQLite hands datetimes back naive; they were written as UTC.
-    if moment is not None and moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    return moment
 
 
 def find_event(session: Session, tenant: str, event_id: str) -> Event | None:

@@ -12,8 +12,8 @@ from sqlalchemy import select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col
 
+from service.kernel.clock import as_utc, utcnow
 from service.measures.catalogue import MEASURE_NAMES
-from service.store.events import as_utc, utcnow
 from service.store.lookups import lookup_each, unnest_keys
 from service.store.models import (
     Event,

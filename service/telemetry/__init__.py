@@ -1,6 +1,7 @@
 """What Prometheus reads: the metric families, the shared aggregates in Redis, the text
 exposition of ``/metrics``, what one scored event exports, and the rebuild from the database.
 
-May import: ``service.store``, ``service.measures`` and the root modules (settings, runtime).
+May import: ``service.kernel``, ``service.store`` and ``service.measures``; what it needs of a
+process it names structurally (``parts``).
 Never ``service.ingest``, ``service.api``, ``service.ui`` or ``workers``.
 """

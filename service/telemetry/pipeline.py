@@ -8,16 +8,17 @@ the number of tenants, which only an admin creates."""
 
 from __future__ import annotations
 
-from service.queue import urgent_queue
-from service.runtime import Runtime
+from service.kernel.clock import utcnow
+from service.kernel.queue_names import urgent_queue
 from service.store.engine import session_scope
-from service.store.events import pending_by_tenant, utcnow
+from service.store.events import pending_by_tenant
 from service.store.keys import key_tenants
 from service.store.models import DEFAULT_TENANT
 from service.telemetry.exporter import PipelineState
+from service.telemetry.parts import ProcessParts
 
 
-def read_pipeline_state(runtime: Runtime) -> PipelineState:
+def read_pipeline_state(runtime: ProcessParts) -> PipelineState:
     with session_scope(runtime.engine) as session:
         pending = pending_by_tenant(session)
         tenants = key_tenants(session) | {DEFAULT_TENANT} | set(pending)

@@ -12,18 +12,19 @@ import logging
 import threading
 import time
 
-from service.runtime import Runtime
+from service.kernel.clock import utcnow
 from service.store import events as event_store
 from service.store import judging as judging_store
 from service.store.engine import session_scope
 from service.telemetry.aggregates import Delta
+from service.telemetry.parts import ProcessParts
 from service.telemetry.score_export import ExportLabels, done_key, score_delta
 
 log = logging.getLogger(__name__)
 PAGE = 2_000
 
 
-def ensure_aggregates(runtime: Runtime) -> bool:
+def ensure_aggregates(runtime: ProcessParts) -> bool:
     """Rebuild if needed; True when this call did the rebuild."""
     aggregates = runtime.aggregates
     if aggregates.has_epoch():
@@ -31,7 +32,7 @@ def ensure_aggregates(runtime: Runtime) -> bool:
     started = time.time()
     if not aggregates.start_epoch(started):
         return False
-    cutoff = event_store.utcnow()
+    cutoff = utcnow()
     with session_scope(runtime.engine) as session:
         accepted = Delta()
         for tenant, app, retriever, environment, count in event_store.accepted_counts(
@@ -77,7 +78,7 @@ def ensure_aggregates(runtime: Runtime) -> bool:
     return True
 
 
-def ensure_aggregates_in_background(runtime: Runtime) -> None:
+def ensure_aggregates_in_background(runtime: ProcessParts) -> None:
     def run() -> None:
         try:
             ensure_aggregates(runtime)
@@ -87,7 +88,7 @@ def ensure_aggregates_in_background(runtime: Runtime) -> None:
     threading.Thread(target=run, name="rebuild-aggregates", daemon=True).start()
 
 
-def rebuild_if_lost(runtime: Runtime) -> None:
+def rebuild_if_lost(runtime: ProcessParts) -> None:
     """Before a scrape: start a rebuild when the aggregates are gone; the scrape never waits."""
     if not runtime.aggregates.has_epoch():
         ensure_aggregates_in_background(runtime)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
 
 from service.api.deps import StateDep, UiCaller
+from service.kernel.clock import as_utc, utcnow
 from service.store import events as event_store
 from service.store import gold as gold_store
 from service.store.engine import session_scope
@@ -47,9 +48,7 @@ def put_miss_cause(
                 detail=f"event {event_id!r} is not a gold miss: it has no gold passage ids, or "
                 "one of them reached the prompt",
             )
-        cause = page_store.record_cause(
-            session, event.id, body.cause, body.note, event_store.utcnow()
-        )
+        cause = page_store.record_cause(session, event.id, body.cause, body.note, utcnow())
         session.commit()
     return _view(event, cause)
 
@@ -83,19 +82,6 @@ def get_miss_cause(event_id: str, state: StateDep, caller: UiCaller) -> MissCaus
     return _view(event, cause)
 
 
-def _utc(moment: datetime | None) -> datetime | None:
-    if moment is None:
-        return None
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    try:
-        return moment.astimezone(UTC)
-    except OverflowError:
-        # An offset that carries the moment past year 1 or 9999: clamp to the representable end.
-        edge = datetime.min if moment.year < 5000 else datetime.max
-        return edge.replace(tzinfo=UTC)
-
-
 @router.get("/v1/misses/causes", response_model=CauseCountsView)
 def get_cause_counts(
     state: StateDep,
@@ -109,7 +95,7 @@ def get_cause_counts(
 ) -> CauseCountsView:
     """Gold misses counted by recorded cause, to choose the next fix by numbers."""
     chosen = EventFilter(
-        window=TimeWindow("custom", _utc(since), _utc(until)), app=app, retriever=retriever
+        window=TimeWindow("custom", as_utc(since), as_utc(until)), app=app, retriever=retriever
     )
     with session_scope(state.runtime.engine) as session:
         counts = page_store.cause_counts(session, caller.tenant, chosen)

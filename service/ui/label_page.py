@@ -26,8 +26,9 @@ from service.analysis.window import parse_span, resolve_window
 from service.api.deps import PageCaller, StateDep
 from service.api.gold import labeller_of
 from service.api.keys import Principal
-from service.schemas import MAX_LABELLER_CHARS
-from service.storable import text_problem
+from service.kernel.clock import utcnow
+from service.kernel.schemas import MAX_LABELLER_CHARS
+from service.kernel.storable import text_problem
 from service.store import events as event_store
 from service.store import gold as gold_store
 from service.store.analysis import EventWindow
@@ -100,7 +101,7 @@ def _address(request: Request) -> tuple[QueueAddress, bool, list[str]]:
     params = request.query_params
     errors: list[str] = []
     since_raw, until_raw = params.get("since") or DEFAULT_SINCE, params.get("until") or None
-    now = event_store.utcnow()
+    now = utcnow()
     try:
         since, until = resolve_window(since_raw, until_raw, now)
     except ValueError as exc:

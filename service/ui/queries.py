@@ -39,6 +39,7 @@ from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session, col
 
+from service.kernel.clock import as_utc
 from service.measures.catalogue import MEASURE_NAMES, NARROW_LEAD, WIDE_LEAD
 from service.store import gold as gold_store
 from service.store.models import (
@@ -238,10 +239,6 @@ def _window_conditions(tenant: str, window: TimeWindow) -> list[ColumnElement[bo
     return conditions
 
 
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 # --- overview -------------------------------------------------------------------------------------
 
 
@@ -331,8 +328,8 @@ def overview(session: Session, tenant: str, window: TimeWindow) -> Overview:
         groups[(app, retriever)] = GroupOverview(
             app, retriever, int(n), int(judged), int(pending), int(failed), int(gold), int(misses)
         )
-        first = _aware(lo) if first is None else min(first, _aware(lo))
-        last = _aware(hi) if last is None else max(last, _aware(hi))
+        first = as_utc(lo) if first is None else min(first, as_utc(lo))
+        last = as_utc(hi) if last is None else max(last, as_utc(hi))
     if not groups or first is None or last is None:
         return Overview([], 1, None, None)
 
@@ -529,7 +526,7 @@ def list_events(
         EventRow(
             pk=pk,
             event_id=event_id,
-            received_at=_aware(received),
+            received_at=as_utc(received),
             app=app,
             retriever=retriever,
             status=status,

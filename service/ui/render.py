@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -16,6 +16,7 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup, escape
 
+from service.kernel.clock import as_utc
 from service.measures.catalogue import MEASURES, NARROW_LEAD
 from service.store.models import MissCauseKind
 
@@ -78,13 +79,11 @@ def number(value: float | None, digits: int = 3) -> str:
 def moment(value: datetime | None) -> str:
     if value is None:
         return "—"
-    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    return aware.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return as_utc(value).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def short_moment(value: datetime) -> str:
-    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    return aware.astimezone(UTC).strftime("%m-%d %H:%M:%S")
+    return as_utc(value).strftime("%m-%d %H:%M:%S")
 
 
 def percent(part: int, whole: int) -> str:

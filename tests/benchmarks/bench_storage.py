@@ -26,20 +26,15 @@ from pathlib import Path
 
 from sqlalchemy import MetaData, create_engine, text
 
+from service.kernel.clock import utcnow
+from service.kernel.hashing import text_hash
+from service.kernel.schemas import EventIn
 from service.replay.beir import BeirDataset, load_beir
 from service.replay.bm25 import Bm25Index
 from service.replay.replay import ReplayConfig, build_event
 from service.replay.workload import generate_workload
-from service.schemas import EventIn
 from service.store.engine import make_engine, session_scope
-from service.store.events import (
-    _event_row,
-    insert_events,
-    passage_key,
-    payload_hash,
-    text_hash,
-    utcnow,
-)
+from service.store.events import _event_row, insert_events, passage_key, payload_hash
 from service.store.migrate import upgrade
 from tests.benchmarks.common import Figure, postgres_database, table
 from tests.paths import shared_data_dir

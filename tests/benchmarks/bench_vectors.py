@@ -35,8 +35,8 @@ from pathlib import Path
 
 import redis
 
-from service.runtime import Runtime
-from service.settings import Settings
+from service.kernel.settings import Settings
+from service.wiring.runtime import Runtime
 from tests.benchmarks.bench_local_judge import synthetic_passages
 from tests.benchmarks.common import REDIS_URL, Figure, median_figure, table
 from tests.retrievals import (

@@ -37,13 +37,13 @@ from sqlalchemy.orm import Session
 
 from service.api.heap import freeze_startup_objects
 from service.ingest import accept, counts
-from service.queue import TaskSender
-from service.runtime import Runtime
-from service.schemas import BatchIn, EventIn
-from service.settings import Settings
+from service.ingest.judge_queue import TaskSender
+from service.kernel.schemas import BatchIn, EventIn
+from service.kernel.settings import Settings
 from service.store import event_rows
 from service.store import events as event_store
 from service.store.migrate import upgrade
+from service.wiring.runtime import Runtime
 from tests.benchmarks.bench_ingest import event, store
 from tests.benchmarks.common import REDIS_URL
 
@@ -122,7 +122,7 @@ class StageClock:
 
 def instrument(clock: StageClock) -> None:
     """Wrap the functions each stage runs; names as the modules of the request path call them."""
-    import service.schemas as schemas
+    import service.kernel.schemas as schemas
 
     clock.wrap(schemas, "check_body", "storable check")
     clock.wrap(accept, "check_limits", "limits + redaction")

@@ -37,7 +37,7 @@ from deploy import dashboards as boards
 from deploy import generate, rules
 from deploy.config import load
 from service.api.app import create_app
-from service.settings import Settings
+from service.kernel.settings import Settings
 from service.store.migrate import upgrade
 from tests.conftest import REDIS_URL, WorkerFactory, make_settings
 from tests.deploy.test_dashboards import TEST_VALUES, substitute

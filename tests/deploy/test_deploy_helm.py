@@ -25,9 +25,9 @@ import pytest
 import yaml
 
 from scripts import sync_chart_files
-from service import cli
 from service.api.health import router as health_router
-from service.settings import Settings
+from service.cli import main as cli
+from service.kernel.settings import Settings
 from tests.paths import REPO_ROOT
 
 CHART = REPO_ROOT / "helm" / "retrieval-monitor"

@@ -29,11 +29,11 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from service import cli
 from service.api.app import create_app
 from service.api.health import router as health_router
-from service.embedded import free_port
-from service.settings import Settings
+from service.cli import main as cli
+from service.kernel.settings import Settings
+from service.process.embedded import free_port
 from service.store.migrate import upgrade
 from tests.conftest import make_settings, settings_env, wait_for
 from tests.fake_llm.fixture import FakeLLM
@@ -359,7 +359,7 @@ def test_the_context_builds_the_package_with_its_migrations_and_the_client(
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-        assert "retrieval-monitor = service.cli:main" in archive.read(entry_points).decode()
+        assert "retrieval-monitor = service.cli.main:main" in archive.read(entry_points).decode()
     assert not [n for n in names if n.startswith("retrieval_monitor_client/")]
     migrations = {
         p.relative_to(REPO_ROOT).as_posix()
@@ -368,7 +368,7 @@ def test_the_context_builds_the_package_with_its_migrations_and_the_client(
     }
     assert migrations
     assert migrations <= names
-    assert {"service/cli.py", "workers/celery_app.py", "service/py.typed"} <= names
+    assert {"service/cli/main.py", "workers/celery_app.py", "service/py.typed"} <= names
 
 
 # --- the role commands, run the way the container runs them ---------------------------------------

@@ -21,14 +21,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 from sqlmodel import Session, select
 
-from service.analysis.cli import add_analyze_command
 from service.analysis.dataset import judged_traffic
 from service.analysis.gauges import CachedCalibrationGauges, calibration_gauges
 from service.api.app import create_app
+from service.cli.analyze import add_analyze_command
+from service.kernel.schemas import EventIn
+from service.kernel.settings import Settings
 from service.measures.catalogue import MEASURE_NAMES
 from service.measures.formulas import EventLabels, compute_measures
-from service.schemas import EventIn
-from service.settings import Settings
 from service.store import analysis as repo
 from service.store import events as event_store
 from service.store import judging as judging_store

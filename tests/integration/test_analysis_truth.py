@@ -26,12 +26,12 @@ from service.analysis.correlation import ALPHA_GRID, JudgedTraffic, correlate
 from service.analysis.dataset import gold_events
 from service.analysis.gold import analyze_gold, diagnose
 from service.api.app import create_app
+from service.kernel.settings import Settings
 from service.measures.formulas import compute_batch, t_measure
-from service.runtime import Runtime
-from service.settings import Settings
 from service.store.analysis import AnalysisEvent
 from service.store.engine import session_scope
 from service.store.models import Event
+from service.wiring.runtime import Runtime
 from tests.conftest import make_settings
 from tests.fake_llm.fixture import FakeLLM
 from workers import judging

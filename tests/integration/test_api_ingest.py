@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, func, select
 
-from service.settings import Settings
+from service.kernel.settings import Settings
 from service.store.models import Event, Passage
 from tests.helpers import make_event
 

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
 from service.api.keys import CACHE_SECONDS, key_hash
-from service.settings import Settings
+from service.kernel.settings import Settings
 from service.store.migrate import upgrade
 from tests.conftest import make_settings, settings_env
 from tests.helpers import bearer, make_event

@@ -14,11 +14,11 @@ from fastapi.testclient import TestClient
 from service.api.app import create_app
 from service.ingest.accept import Ingestor
 from service.ingest.backpressure import Backpressure
-from service.queue import TaskSender
-from service.redis_check import eviction_problem
-from service.runtime import Runtime
-from service.settings import Settings
+from service.ingest.judge_queue import TaskSender
+from service.kernel.redis_check import eviction_problem
+from service.kernel.settings import Settings
 from service.store.migrate import upgrade
+from service.wiring.runtime import Runtime
 from tests.conftest import (
     WorkerFactory,
     make_settings,

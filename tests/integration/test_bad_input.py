@@ -14,7 +14,7 @@ from hypothesis import settings as hypothesis_settings
 from schemathesis import checks
 
 from service.api.app import create_app
-from service.settings import Settings
+from service.kernel.settings import Settings
 from tests.conftest import make_settings
 from tests.helpers import make_event
 from tests.integration.test_api_ingest import count_rows

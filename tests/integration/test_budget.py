@@ -14,8 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session, select
 
 from service.api.app import create_app
-from service.runtime import Runtime
-from service.settings import Settings
+from service.kernel.settings import Settings
 from service.spend.budget import (
     Budget,
     BudgetGauges,
@@ -30,6 +29,7 @@ from service.spend.budget import (
 )
 from service.store.models import Event
 from service.telemetry.cardinality import LabelSet, LabelSetCap
+from service.wiring.runtime import Runtime
 from tests.conftest import WorkerFactory, processes_that_judged, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import bearer, make_event

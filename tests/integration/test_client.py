@@ -25,7 +25,7 @@ import pytest
 from retrieval_monitor_client import AsyncMonitorClient, MonitorClient, Passage, Stats
 from sqlalchemy import create_engine, text
 
-from service.settings import Settings
+from service.kernel.settings import Settings
 from tests.conftest import LiveServer, make_settings, wait_for
 from tests.integration.stalling_proxy import StallingProxy
 from tests.paths import REPO_ROOT

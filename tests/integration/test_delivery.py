@@ -13,8 +13,8 @@ import redis
 from celery import Celery
 from sqlalchemy import create_engine, text
 
-from service.queue import JUDGE_SLICE_TASK, waiting_event_pks
-from service.settings import Settings
+from service.ingest.judge_queue import JUDGE_SLICE_TASK, waiting_event_pks
+from service.kernel.settings import Settings
 from service.telemetry.aggregates import DONE_TTL_SECONDS, Aggregates
 from tests.conftest import FakeJudged, WorkerFactory, WorkerProcess, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
@@ -281,7 +281,7 @@ def test_a_judge_down_past_the_last_retry_marks_the_event_failed_and_counts_it_o
     worker_factory: WorkerFactory,
     fake_judged: FakeJudged,
 ) -> None:
-    from service.queue import JUDGE_TASK
+    from service.ingest.judge_queue import JUDGE_TASK
     from workers.tasks import MAX_TASK_RETRIES
 
     settings = fake_judged(judge_max_retries=0)

@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 from sqlalchemy import text as sql_text
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
-from service.schemas import EventIn
+from service.kernel.schemas import EventIn
 from service.store.engine import make_engine, session_scope
 from service.store.event_rows import COLUMNS, insert_new_events
 from service.store.events import InitialState, _new_row, payload_hash

@@ -20,8 +20,8 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 
-from service.embedded import free_port
-from service.settings import Settings
+from service.kernel.settings import Settings
+from service.process.embedded import free_port
 from service.store.migrate import upgrade
 from tests.conftest import (
     FakeJudged,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.settings import Settings
+from service.kernel.settings import Settings
 from service.store.engine import make_engine
 from tests.conftest import make_settings
 from tests.helpers import bearer, judge, make_event, make_key, ui_app

@@ -18,11 +18,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.analysis.cli import add_analyze_command
+from service.cli.analyze import add_analyze_command
+from service.kernel.clock import utcnow
+from service.kernel.settings import Settings
 from service.replay.beir import load_beir
 from service.replay.replay import ReplayConfig, replay_event_id, run_replay
-from service.settings import Settings
-from service.store.events import utcnow
 from tests.conftest import LiveServer, make_settings
 from tests.helpers import make_event, ui_app
 from tests.integration.test_gold_export import gold_export

@@ -12,10 +12,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from service.kernel.hashing import text_hash
+from service.kernel.settings import Settings
 from service.replay.beir import load_beir
 from service.replay.gold_export import add_gold_command
 from service.replay.replay import ReplayConfig, run_replay
-from service.settings import Settings
 from service.store import events as event_store
 from tests.conftest import LiveServer, make_settings
 from tests.helpers import make_event, ui_app
@@ -73,7 +74,7 @@ def test_export_round_trips_through_the_beir_reader(
     assert "1 gold passages have no text" in printed
 
     dataset = load_beir(out)
-    missing_id = event_store.passage_key(None, event_store.text_hash(MISSING_TEXT))
+    missing_id = event_store.passage_key(None, text_hash(MISSING_TEXT))
     assert dataset.qrels == {
         "e0": {"e0-d1": 1},
         "e1": {"e1-d2": 1, "e1-d3": 1},

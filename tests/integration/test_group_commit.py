@@ -21,15 +21,15 @@ from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
 from service.api.state import AppState
-from service.embedded import free_port
 from service.ingest.accept import Ingestor
 from service.ingest.group_commit import GroupCommitter, NotStoredError, Store
-from service.queue import TaskSender
-from service.runtime import Runtime
-from service.schemas import EventIn, IngestResult
-from service.settings import Settings
+from service.ingest.judge_queue import TaskSender
+from service.kernel.schemas import EventIn, IngestResult
+from service.kernel.settings import Settings
+from service.process.embedded import free_port
 from service.store.migrate import upgrade
 from service.store.models import Event
+from service.wiring.runtime import Runtime
 from tests.conftest import LiveServer, make_settings, wait_for
 from tests.helpers import make_event
 from tests.integration.test_api_ingest import count_rows, sample

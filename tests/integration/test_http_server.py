@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from service.settings import Settings
+from service.kernel.settings import Settings
 from service.store.migrate import upgrade
 from tests.conftest import LiveServer, make_settings
 

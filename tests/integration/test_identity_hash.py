@@ -6,9 +6,10 @@ from __future__ import annotations
 from sqlalchemy import update
 from sqlmodel import col
 
-from service.schemas import EventIn
+from service.kernel.clock import utcnow
+from service.kernel.schemas import EventIn
 from service.store.engine import make_engine, session_scope
-from service.store.events import insert_events, legacy_payload_hash, payload_hash, utcnow
+from service.store.events import insert_events, legacy_payload_hash, payload_hash
 from service.store.models import Event
 from tests.helpers import make_event
 

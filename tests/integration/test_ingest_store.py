@@ -12,9 +12,11 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from service.api.app import create_app
-from service.schemas import EventIn
+from service.kernel.clock import utcnow
+from service.kernel.hashing import text_hash
+from service.kernel.schemas import EventIn
 from service.store.engine import make_engine, session_scope
-from service.store.events import InitialState, insert_events, text_hash, utcnow
+from service.store.events import InitialState, insert_events
 from service.store.models import Event, EventStatus
 from service.store.passages import read_passages
 from tests.conftest import make_settings

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from service.runtime import Runtime
 from service.spend.budget import estimate_prompt_tokens
+from service.wiring.runtime import Runtime
 from tests.conftest import make_settings
 from tests.fake_llm.fixture import FakeLLM
 from tests.retrievals import Retrieval, store_retrievals

@@ -10,7 +10,7 @@ import uuid
 import redis
 
 from service.ingest.dispatch import GatheringSender
-from service.queue import FANOUT_TASK, JUDGE_SLICE_TASK
+from service.ingest.judge_queue import FANOUT_TASK, JUDGE_SLICE_TASK
 from tests.conftest import wait_for
 
 

@@ -18,7 +18,7 @@ import openai
 import pytest
 import redis
 
-from service.settings import Settings
+from service.kernel.settings import Settings
 from tests.conftest import make_settings
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import store_event

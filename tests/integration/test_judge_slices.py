@@ -16,15 +16,16 @@ import redis
 from sqlalchemy import text
 from sqlmodel import select
 
-from service.runtime import Runtime
-from service.schemas import EventIn
-from service.settings import Settings
+from service.kernel.clock import utcnow
+from service.kernel.schemas import EventIn
+from service.kernel.settings import Settings
 from service.store.engine import session_scope
-from service.store.events import insert_events, utcnow
+from service.store.events import insert_events
 from service.store.judging import load_many_for_judging, store_judging_many
 from service.store.migrate import upgrade
 from service.store.models import JudgeRun, Judgment, Score
 from service.telemetry.aggregates import Aggregates, Delta
+from service.wiring.runtime import Runtime
 from tests.conftest import make_settings
 from tests.fake_llm.fixture import FakeLLM
 from workers import judging

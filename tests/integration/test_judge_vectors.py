@@ -19,11 +19,11 @@ import pytest
 import redis
 from sqlmodel import select
 
-from service.runtime import Runtime
-from service.settings import Settings
+from service.kernel.hashing import text_hash
+from service.kernel.settings import Settings
 from service.store.engine import session_scope
-from service.store.events import text_hash
 from service.store.models import JudgeRun, Judgment
+from service.wiring.runtime import Runtime
 from tests.conftest import make_settings
 from tests.retrievals import (
     Retrieval,

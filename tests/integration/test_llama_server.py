@@ -28,7 +28,7 @@ import pytest
 import redis
 from openai.types.chat.completion_create_params import ResponseFormat
 
-from service.settings import Settings
+from service.kernel.settings import Settings
 from tests.conftest import make_settings
 from tests.helpers import store_event
 from workers import judging

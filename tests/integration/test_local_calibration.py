@@ -20,13 +20,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import select
 
-from service.analysis.calibrate_cli import cmd_calibrate
 from service.analysis.local_calibration import MIN_QUERIES
 from service.api.app import create_app
-from service.cli import build_parser
-from service.runtime import Runtime
-from service.schemas import EventIn
-from service.settings import Settings
+from service.cli.calibrate import cmd_calibrate
+from service.cli.main import build_parser
+from service.kernel.clock import utcnow
+from service.kernel.schemas import EventIn
+from service.kernel.settings import Settings
 from service.store import events as event_store
 from service.store import gold as gold_store
 from service.store import judging as judging_store
@@ -34,6 +34,7 @@ from service.store.engine import session_scope
 from service.store.judging import JudgeIdentity, JudgingResult
 from service.store.migrate import upgrade
 from service.store.models import Judgment, LocalJudgeCalibration, Score
+from service.wiring.runtime import Runtime
 from tests.conftest import WorkerFactory, make_settings, wait_for
 from workers.judge.calibrated import CalibratedLocalJudge
 from workers.judge.local import LocalJudge
@@ -66,7 +67,7 @@ def plant(
                 }
             )
             (inserted,) = event_store.insert_events(
-                session, tenant, [(f"{tenant}-e{q}", event)], event_store.utcnow()
+                session, tenant, [(f"{tenant}-e{q}", event)], utcnow()
             )
             assert inserted.pk is not None
             if labelled:
@@ -80,7 +81,7 @@ def plant(
                         (gold,),
                         None,
                         None,
-                        event_store.utcnow(),
+                        utcnow(),
                     ),
                 )
             loaded = judging_store.load_for_judging(session, inserted.pk)

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, text
 
-from service.schemas import EventIn
+from service.kernel.clock import utcnow
+from service.kernel.schemas import EventIn
 from service.store.engine import make_engine, session_scope
-from service.store.events import insert_events, known_payload_hashes, utcnow
+from service.store.events import insert_events, known_payload_hashes
 from service.store.judging import JudgeIdentity, cached_labels_many
 from tests.helpers import make_event
 

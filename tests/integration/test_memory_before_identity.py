@@ -23,10 +23,10 @@ import httpx
 import pytest
 
 from service.api.keys import key_hash, new_key
-from service.embedded import free_port
+from service.kernel.clock import utcnow
+from service.process.embedded import free_port
 from service.store import keys as keys_repository
 from service.store.engine import make_engine, session_scope
-from service.store.events import utcnow
 from service.store.migrate import upgrade
 from tests.paths import REPO_ROOT
 

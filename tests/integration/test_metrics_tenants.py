@@ -14,10 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.api.app import create_app
 from service.api.keys import key_hash, new_key
 from service.api.scrape_token import ScrapeTokenError
-from service.settings import Settings
+from service.kernel.clock import utcnow
+from service.kernel.settings import Settings
 from service.store import keys as keys_repository
 from service.store.engine import make_engine, session_scope
-from service.store.events import utcnow
 from service.telemetry.cardinality import OVERFLOW
 from service.telemetry.metrics import SHARED_FAMILIES
 from tests.conftest import WorkerFactory, make_settings, wait_for

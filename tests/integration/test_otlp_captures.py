@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from service.settings import Settings
+from service.kernel.settings import Settings
 from tests.integration.test_otlp_mapping import metric_value, otlp_app
 from tests.otlp_bodies import hex_ids
 from tests.paths import shared_data_dir

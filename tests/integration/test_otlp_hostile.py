@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from service.api.app import create_app
 from service.ingest.otlp.decode import decode
 from service.ingest.otlp.mapping import SELECT, MappingConfig, map_request
-from service.settings import Settings
+from service.kernel.settings import Settings
 from tests.conftest import make_settings
 
 TEXT = st.one_of(

@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 
 from service.api import otlp
 from service.api.app import create_app
-from service.settings import Settings
+from service.kernel.settings import Settings
 from tests.conftest import make_settings
 from tests.otlp_bodies import (
     DOCS,
@@ -196,9 +196,9 @@ def test_the_body_limit_applies(tmp_path: Path, sqlite_url: str, redis_url: str)
 
 def test_the_api_key_decides_the_tenant(tmp_path: Path, sqlite_url: str, redis_url: str) -> None:
     from service.api.keys import key_hash, new_key
+    from service.kernel.clock import utcnow
     from service.store import keys as keys_repository
     from service.store.engine import get_engine, session_scope
-    from service.store.events import utcnow
     from service.store.migrate import upgrade
 
     upgrade(sqlite_url)

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
-from service.settings import Settings
+from service.kernel.settings import Settings
 from tests.conftest import FakeJudged, WorkerFactory, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event

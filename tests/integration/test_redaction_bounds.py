@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from service.api.app import create_app
-from service.ingest.redaction import Redactor
-from service.runtime import Runtime
+from service.kernel.redaction import Redactor
 from service.store.engine import session_scope
+from service.wiring.runtime import Runtime
 from tests.conftest import make_settings
 from tests.helpers import make_event
 

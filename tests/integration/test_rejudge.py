@@ -11,12 +11,12 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, col, func, select
 
 from service.api.app import create_app
+from service.kernel.clock import utcnow
+from service.kernel.settings import Settings
 from service.replay.rejudge import Rejudge, RejudgePlan, main
-from service.runtime import Runtime
-from service.settings import Settings
 from service.spend.budget import Budget, Reservation
-from service.store.events import utcnow
 from service.store.models import Event, Score
+from service.wiring.runtime import Runtime
 from tests.conftest import WorkerFactory, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service import logs
 from service.api.app import create_app
-from service.ingest.redaction import Redactor
+from service.kernel.redaction import Redactor
+from service.process import logs
 from service.store.migrate import upgrade
 from tests.conftest import WorkerFactory, make_settings
 from tests.fake_llm.fixture import FakeLLM

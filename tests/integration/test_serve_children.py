@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from service.embedded import free_port
-from service.orphan_guard import alive
+from service.process.embedded import free_port
+from service.process.orphan_guard import alive
 from tests.paths import REPO_ROOT
 
 

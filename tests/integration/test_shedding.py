@@ -10,10 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session, select
 
 from service.api.app import create_app
-from service.runtime import Runtime
-from service.settings import Settings
+from service.kernel.settings import Settings
 from service.spend.shedding import shed_backlog
 from service.store.models import Event
+from service.wiring.runtime import Runtime
 from tests.conftest import WorkerFactory, make_settings, wait_for
 from tests.fake_llm.fixture import FakeLLM
 from tests.helpers import make_event, make_key

@@ -23,13 +23,13 @@ from service.api.keys import (
     key_hash,
     new_key,
 )
-from service.cli import open_remote_refusal
-from service.runtime import Runtime
-from service.settings import Settings
+from service.cli.main import open_remote_refusal
+from service.kernel.clock import utcnow
+from service.kernel.settings import Settings
 from service.store import keys as keys_repository
 from service.store.engine import make_engine, session_scope
-from service.store.events import utcnow
 from service.store.models import ApiKey
+from service.wiring.runtime import Runtime
 from tests.conftest import make_settings
 from tests.helpers import make_event
 from tests.paths import REPO_ROOT

@@ -25,11 +25,11 @@ from schemathesis import checks
 
 from service.api.app import create_app
 from service.ingest.accept import Ingestor
-from service.queue import TaskSender
-from service.runtime import Runtime
-from service.schemas import EventIn
-from service.settings import Settings
+from service.ingest.judge_queue import TaskSender
+from service.kernel.schemas import EventIn
+from service.kernel.settings import Settings
 from service.store.models import Event
+from service.wiring.runtime import Runtime
 from tests.conftest import make_settings
 from tests.helpers import judge, make_event
 from tests.integration.test_api_ingest import count_rows

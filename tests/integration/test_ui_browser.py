@@ -25,11 +25,11 @@ import uvicorn
 
 from service.api.keys import key_hash, new_key
 from service.api.sessions import COOKIE_NAME
-from service.embedded import free_port
+from service.kernel.settings import Settings
+from service.process.embedded import free_port
 from service.replay.beir import load_beir
 from service.replay.replay import ReplayConfig, ReplayReport, replay_event_id, run_replay
 from service.replay.workload import generate_workload
-from service.settings import Settings
 from service.store.engine import make_engine, session_scope
 from service.store.keys import add_key
 from service.store.migrate import upgrade

@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, inspect, update
 
 from service.api.sessions import COOKIE_NAME
-from service.schemas import EventIn
-from service.settings import Settings
+from service.kernel.schemas import EventIn
+from service.kernel.settings import Settings
 from service.store import events as event_store
 from service.store.engine import make_engine, session_scope
 from service.store.migrate import alembic_config, upgrade

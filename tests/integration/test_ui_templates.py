@@ -16,8 +16,8 @@ from jinja2 import UndefinedError
 from markupsafe import escape
 from sqlalchemy import Engine
 
+from service.kernel.settings import Settings
 from service.measures.catalogue import BY_NAME, LISTED
-from service.settings import Settings
 from service.store.engine import make_engine
 from service.ui import pages
 from service.ui.render import ENVIRONMENT, TEMPLATES, render

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.cli import build_parser, cmd_serve
-from service.settings import Settings
+from service.cli.main import build_parser, cmd_serve
+from service.kernel.settings import Settings
 
 
 def test_serve_takes_a_number_of_api_processes() -> None:

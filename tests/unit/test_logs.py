@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.logs import LogTee, record_level
+from service.process.logs import LogTee, record_level
 
 WORKER_OUTPUT = """\
 [2026-12-01 11:04:41,781: INFO/Beat] beat: Starting...

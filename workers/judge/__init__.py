@@ -1,10 +1,13 @@
-"""Judges: the LLM judge through any OpenAI-compatible endpoint, and the local embedding proxy."""
+"""Judges: the LLM judge through any OpenAI-compatible endpoint, and the local embedding proxy.
+
+May import: ``service.kernel``, ``service.store`` and ``service.measures``.
+"""
 
 from __future__ import annotations
 
 from redis import Redis
 
-from service.settings import Settings
+from service.kernel.settings import Settings
 from workers.judge.base import Judge
 
 __all__ = ["Judge", "make_judge"]

@@ -30,9 +30,9 @@ import numpy as np
 import numpy.typing as npt
 from redis import Redis
 
-from service.analysis.local_calibration import local_prompt_version as prompt_version_of
-from service.settings import Settings
-from service.store.events import text_hash
+from service.kernel.hashing import text_hash
+from service.kernel.settings import Settings
+from service.store.calibration import local_prompt_version as prompt_version_of
 from service.store.judging import JudgeIdentity
 from workers.judge.base import JudgeReply, PreparedSlice, VectorUse
 from workers.judge.encoders import Backend, load_encoder, resolve_backend

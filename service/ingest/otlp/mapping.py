@@ -33,9 +33,10 @@ from service.ingest.otlp.documents import (
     traceloop_documents,
 )
 from service.ingest.otlp.rules import as_mapping, resolve_int, resolve_text
-from service.settings import Settings
-from service.storable import EARLIEST, LATEST
-from service.store.events import passage_key, text_hash
+from service.kernel.hashing import text_hash
+from service.kernel.settings import Settings
+from service.kernel.storable import EARLIEST, LATEST
+from service.store.events import passage_key
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from retrieval_monitor_client.wire import (
     retry_after_seconds,
 )
 
-from service.schemas import BatchIn, EventIn
+from service.kernel.schemas import BatchIn, EventIn
 
 
 def record(**changes: object) -> EventRecord:

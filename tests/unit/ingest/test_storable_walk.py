@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.storable import (
+from service.kernel.storable import (
     MAX_NESTING,
     NotStorableError,
     _check_body,

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from service.ingest.accept import Triage
 from service.ingest.sampling import decide
 from service.ingest.signals import compute_signals, count_near_duplicates, looks_bad, repeats_enough
-from service.schemas import EventIn
-from service.settings import Settings
+from service.kernel.schemas import EventIn
+from service.kernel.settings import Settings
 from tests.unit.ingest.test_signals import _passages, _reference_near_duplicates
 
 SETTINGS = Settings.model_validate({"database_url": "sqlite://", "redis_url": "redis://unused"})

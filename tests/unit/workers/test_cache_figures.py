@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+from service.kernel.hashing import text_hash
 from service.spend.budget import estimate_prompt_tokens
-from service.store.events import text_hash
 from service.store.judging import EventForJudging, PassageForJudging
 from service.telemetry.aggregates import Delta
 from workers.cache_figures import CallShape, JudgedEvent, cache_delta

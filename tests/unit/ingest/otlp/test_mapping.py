@@ -16,8 +16,9 @@ from pydantic import ValidationError
 from service.ingest.accept import Rejection
 from service.ingest.otlp.decode import PayloadError, Span, decode
 from service.ingest.otlp.mapping import SELECT, MappingConfig, map_request, map_span
-from service.settings import Settings
-from service.store.events import passage_key, text_hash
+from service.kernel.hashing import text_hash
+from service.kernel.settings import Settings
+from service.store.events import passage_key
 from tests.otlp_bodies import (
     DOCS,
     START_NS,

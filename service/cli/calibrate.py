@@ -11,13 +11,11 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from service.analysis.local_calibration import NotEnoughGoldError, render, run_local_calibration
 from service.analysis.report import to_jsonable
-from service.analysis.window import resolve_window
-from service.settings import Settings
+from service.analysis.window import TIME_HELP, resolve_window
+from service.kernel.clock import utcnow
+from service.kernel.settings import Settings
 from service.store.analysis import EventWindow
 from service.store.engine import get_engine, session_scope
-from service.store.events import utcnow
-
-TIME_HELP = "ISO 8601 (UTC unless an offset is given) or a span back from now: 90m, 24h, 7d, 2w"
 
 
 def add_calibrate_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -17,6 +17,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 # The grammar of the OpenTelemetry naming rules (see service/ingest/otlp/rules.py).
 OTLP_RULE_PATTERN = re.compile(r"^(attr:.+|resource:.+|const:.+|name|class|scope)$")
 
+# Judge settings a re-judge may replace per task. The API key is not among them: it would travel
+# through the broker; a worker reaches another endpoint with its own key.
+OVERRIDABLE = ("judge_base_url", "judge_model", "judge_per_passage", "judge_shuffle")
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RM_", env_file=None, extra="ignore")

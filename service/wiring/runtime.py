@@ -9,8 +9,8 @@ from functools import cached_property
 from redis import Redis
 from sqlalchemy import Engine
 
-from service.ingest.redaction import Redactor
-from service.settings import Settings
+from service.kernel.redaction import Redactor
+from service.kernel.settings import Settings
 from service.store.engine import get_engine
 from service.telemetry.aggregates import Aggregates
 from service.telemetry.cardinality import LabelSetCap

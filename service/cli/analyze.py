@@ -19,13 +19,11 @@ from service.analysis.runner import (
     run_analysis,
     run_comparison,
 )
-from service.analysis.window import parse_moment, preceding, resolve_window
-from service.settings import Settings
+from service.analysis.window import TIME_HELP, parse_moment, preceding, resolve_window
+from service.kernel.clock import utcnow
+from service.kernel.settings import Settings
 from service.store.analysis import EventWindow
 from service.store.engine import get_engine, session_scope
-from service.store.events import utcnow
-
-TIME_HELP = "ISO 8601 (UTC unless an offset is given) or a span back from now: 90m, 24h, 7d, 2w"
 
 
 def add_analyze_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

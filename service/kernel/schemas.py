@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
-from service.settings import Settings
-from service.storable import check_body, check_moment, check_text, nesting_depth
+from service.kernel.settings import Settings
+from service.kernel.storable import check_body, check_moment, check_text, nesting_depth
 
 # Ids are stored in 200-character columns; labels in 100-character ones (the settings that
 # lower these bounds cannot raise them).
@@ -25,7 +25,7 @@ PassageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
 
 class StorableBody(BaseModel):
     """A request body whose every key and value, at any depth, a store can keep
-    (``service/storable.py``); checked on the raw body before the fields are read."""
+    (``service/kernel/storable.py``); checked on the raw body before the fields are read."""
 
     @model_validator(mode="before")
     @classmethod

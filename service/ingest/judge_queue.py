@@ -70,11 +70,6 @@ def _event_pks_of(raw: bytes | str) -> list[int]:
     return []
 
 
-def urgent_queue(queue: str) -> str:
-    """The queue of gold events and events whose signals look bad; workers consume it too."""
-    return f"{queue}.urgent"
-
-
 def judge_message(task: str, event_pks: Sequence[int], queue: str) -> bytes:
     """A Celery (protocol 2, JSON) message asking ``task`` of ``event_pks``, as a Redis broker
     keeps it in the list named ``queue``; a worker reads it exactly as one Celery sent.

@@ -5,7 +5,7 @@ SIGKILL (or an OOM kill) gives it no chance, and the redis-server daemonizes, so
 stop it. This small process watches its parent: once the parent is gone (it is re-parented), it
 sends SIGTERM to every process it was given, then SIGKILL to those still running.
 
-Run as ``python -m service.orphan_guard <parent pid> <pid>...``.
+Run as ``python -m service.process.orphan_guard <parent pid> <pid>...``.
 
 The API processes of ``serve --workers N`` are started and restarted by uvicorn's supervisor, so
 their ids are not known up front: each watches its own parent instead (``exit_with_parent``).

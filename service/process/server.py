@@ -14,10 +14,10 @@ from typing import Any
 
 import uvicorn
 
-from service.settings import Settings, get_settings
+from service.kernel.settings import Settings, get_settings
 
 # uvicorn imports the application of each API process by this name.
-WORKER_APP = "service.server:worker_app"
+WORKER_APP = "service.process.server:worker_app"
 WORKER_HEALTHCHECK_SECONDS = 60
 
 # uvicorn drains open requests this long after SIGTERM (the compose file and the chart's grace
@@ -71,9 +71,9 @@ def run_workers(settings: Settings, workers: int) -> None:
 
 def worker_app() -> Any:
     """The application of one API process started by ``run_workers``."""
-    from service import logs
     from service.api.app import create_app
-    from service.orphan_guard import exit_with_parent
+    from service.process import logs
+    from service.process.orphan_guard import exit_with_parent
 
     settings = get_settings()
     logs.configure(settings.log_level, settings.log_json)

@@ -17,12 +17,12 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from service import logs
-from service.analysis.calibrate_cli import add_calibrate_command
-from service.analysis.cli import add_analyze_command
+from service.cli.analyze import add_analyze_command
+from service.cli.calibrate import add_calibrate_command
+from service.kernel.settings import Settings, get_settings
+from service.process import logs
 from service.replay.gold_export import add_gold_command
 from service.replay.rejudge import add_rejudge_command
-from service.settings import Settings, get_settings
 
 log = logging.getLogger("retrieval_monitor")
 
@@ -159,9 +159,9 @@ def cmd_migrate(_args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
     from service.api.keys import key_hash, new_key
+    from service.kernel.clock import utcnow
     from service.store import keys as keys_repository
     from service.store.engine import get_engine, session_scope
-    from service.store.events import utcnow
     from service.store.migrate import upgrade
 
     upgrade(settings.database_url)
@@ -180,9 +180,9 @@ def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
     from redis import Redis
 
     from service.api.keys import announce_revocation
+    from service.kernel.clock import utcnow
     from service.store import keys as keys_repository
     from service.store.engine import get_engine, session_scope
-    from service.store.events import utcnow
 
     if not re.fullmatch(r"[0-9a-f]{8,64}", args.hash_prefix):
         print("give at least 8 hex characters of the hash (keys list)", file=sys.stderr)
@@ -228,7 +228,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def worker_command(concurrency: int, with_scheduler: bool, settings: Settings) -> list[str]:
-    from service.queue import urgent_queue
+    from service.kernel.queue_names import urgent_queue
 
     command = [
         sys.executable,
@@ -317,7 +317,7 @@ def positive_int(text: str) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from service.embedded import EmbeddedRedis
+    from service.process.embedded import EmbeddedRedis
     from service.store.migrate import upgrade
 
     api_workers = args.workers or settings.api_workers
@@ -368,7 +368,13 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     children = [p.pid for p in (worker, embedded) if p is not None and p.pid]
     guard = (
         subprocess.Popen(
-            [sys.executable, "-m", "service.orphan_guard", str(os.getpid()), *map(str, children)]
+            [
+                sys.executable,
+                "-m",
+                "service.process.orphan_guard",
+                str(os.getpid()),
+                *map(str, children),
+            ]
         )
         if children
         else None
@@ -398,7 +404,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 def _serve_in_process(settings: Settings, args: argparse.Namespace, log_file: Path | None) -> None:
     from service.api.app import create_app
-    from service.server import Server, server_config
+    from service.process.server import Server, server_config
 
     server = Server(server_config(create_app(settings), settings))
     if args.demo:
@@ -411,9 +417,9 @@ def _serve_in_process(settings: Settings, args: argparse.Namespace, log_file: Pa
 
 
 def _serve_processes(settings: Settings, workers: int) -> None:
-    from service.runtime import Runtime
-    from service.server import run_workers
+    from service.process.server import run_workers
     from service.telemetry.rebuild import ensure_aggregates
+    from service.wiring.runtime import Runtime
 
     # The API processes build their settings from the environment: what serve decided goes there.
     os.environ.update(
@@ -461,7 +467,7 @@ def is_loopback(host: str) -> bool:
 def _run_demo(
     settings: Settings, server: object, queries: int, exit_after: bool, log_file: Path | None
 ) -> None:
-    from service.demo import run_demo
+    from service.process.demo import run_demo
 
     ok = run_demo(settings, queries, log_file)
     if exit_after:

@@ -1,0 +1,5 @@
+"""The long-lived parts a process builds once from its settings (database engine, Redis,
+redactor, aggregates) and hands to routes and tasks.
+
+May import: ``service.kernel``, ``service.store`` and ``service.telemetry``.
+"""
