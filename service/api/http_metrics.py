@@ -7,11 +7,11 @@ thread, so a request pays no Redis round trip for them; a crash loses at most a 
 from __future__ import annotations
 
 import logging
-import threading
 from collections import Counter
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.kernel.background import BackgroundWorker
 from service.telemetry.aggregates import Aggregates, Delta
 
 log = logging.getLogger(__name__)
@@ -21,41 +21,30 @@ FLUSH_SECONDS = 1.0
 class HttpResponseCounter:
     def __init__(self, aggregates: Aggregates) -> None:
         self.aggregates = aggregates
-        self._counts: Counter[tuple[str, str]] = Counter()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker: BackgroundWorker[tuple[str, str]] = BackgroundWorker(
+            "http-metrics", self._export, FLUSH_SECONDS
+        )
 
     def record(self, route: str, status: int) -> None:
-        with self._lock:
-            self._counts[(route, f"{status // 100}xx")] += 1
+        self._worker.put([(route, f"{status // 100}xx")])
 
     def flush(self) -> None:
-        with self._lock:
-            counts, self._counts = self._counts, Counter()
-        if not counts:
-            return
+        self._worker.flush()
+
+    def start(self) -> None:
+        self._worker.start()
+
+    def stop(self) -> None:
+        self._worker.close(timeout=5)
+
+    def _export(self, answers: list[tuple[str, str]]) -> None:
         delta = Delta()
-        for (route, status_class), count in counts.items():
+        for (route, status_class), count in Counter(answers).items():
             delta.inc("http_responses", {"route": route, "status_class": status_class}, count)
         try:
             self.aggregates.add(delta)
         except Exception:
             log.warning("could not export HTTP response counts", exc_info=True)
-
-    def start(self) -> None:
-        def loop() -> None:
-            while not self._stop.wait(FLUSH_SECONDS):
-                self.flush()
-
-        self._thread = threading.Thread(target=loop, name="http-metrics", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self.flush()
 
 
 class HttpMetricsMiddleware:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from service.ingest.signals import NearDuplicateCount
+from service.kernel.background import BackgroundWorker
 from service.telemetry.aggregates import Aggregates, Delta
 
 log = logging.getLogger(__name__)
@@ -54,11 +55,10 @@ class DuplicateRatios:
         self.aggregates = aggregates
         self.flush_seconds = flush_seconds
         self.capacity = capacity
-        self._pending: list[PendingRatio] = []
-        self._lock = threading.Condition()
-        self._flushing = threading.Lock()  # one flush at a time: the thread's or a scrape's
-        self._closed = False
-        self._thread: threading.Thread | None = None
+        self._worker: BackgroundWorker[PendingRatio] = BackgroundWorker(
+            "duplicate-ratios", self._export, flush_seconds, capacity=capacity
+        )
+        self._skipped_lock = threading.Lock()
         self._skipped = 0
         self._skip_logged = 0.0
 
@@ -66,76 +66,46 @@ class DuplicateRatios:
         """Queue the events of one ingest call; never blocks on the counting."""
         if not items:
             return
-        with self._lock:
-            room = self.capacity - len(self._pending)
-            if room < len(items):
-                self._skipped += len(items) - max(room, 0)
-                items = items[: max(room, 0)]
-            self._pending.extend(items)
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(
-                    target=self._run, name="duplicate-ratios", daemon=True
-                )
-                self._thread.start()
+        skipped = len(items) - self._worker.put(items)
+        if skipped:
+            with self._skipped_lock:
+                self._skipped += skipped
         self._log_skipped()
 
     def flush(self) -> None:
         """Count and export everything queued so far (a scrape calls this before reading)."""
-        with self._flushing:
-            with self._lock:
-                pending, self._pending = self._pending, []
-            if not pending:
-                return
-            delta = Delta()
-            ratios: dict[tuple[str, str, str, str], list[float]] = {}
-            for item in pending:
-                if not item.passages:
-                    continue
-                duplicates = item.duplicates.total()
-                ratios.setdefault((item.tenant, *item.labels), []).append(
-                    duplicates / item.passages
-                )
-            for (tenant, app, retriever, environment), observed in ratios.items():
-                labels = {
-                    "tenant": tenant,
-                    "app": app,
-                    "retriever": retriever,
-                    "environment": environment,
-                }
-                delta.observe_many("signal_duplicate_ratio", labels, observed)
-            try:
-                self.aggregates.add(delta)
-            except Exception:  # a histogram only; the events are committed
-                log.warning("could not export duplicate ratios", exc_info=True)
+        self._worker.flush()
 
     def close(self) -> None:
         """Stop the thread and export what is left (at shutdown)."""
-        with self._lock:
-            self._closed = True
-            thread = self._thread
-            self._lock.notify_all()
-        if thread is not None:
-            thread.join(timeout=10)
-        self.flush()
+        self._worker.close()
 
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                if not self._closed:
-                    self._lock.wait(self.flush_seconds)
-                closed = self._closed
-            try:
-                self.flush()
-            except Exception:  # the thread must outlive a bad event, or the histogram stops
-                log.exception("counting duplicate ratios failed")
-            if closed:
-                return
+    def _export(self, pending: list[PendingRatio]) -> None:
+        delta = Delta()
+        ratios: dict[tuple[str, str, str, str], list[float]] = {}
+        for item in pending:
+            if not item.passages:
+                continue
+            duplicates = item.duplicates.total()
+            ratios.setdefault((item.tenant, *item.labels), []).append(duplicates / item.passages)
+        for (tenant, app, retriever, environment), observed in ratios.items():
+            labels = {
+                "tenant": tenant,
+                "app": app,
+                "retriever": retriever,
+                "environment": environment,
+            }
+            delta.observe_many("signal_duplicate_ratio", labels, observed)
+        try:
+            self.aggregates.add(delta)
+        except Exception:  # a histogram only; the events are committed
+            log.warning("could not export duplicate ratios", exc_info=True)
 
     def _log_skipped(self) -> None:
         now = time.monotonic()
         if not self._skipped or now - self._skip_logged < _LOG_EVERY_SECONDS:
             return
-        with self._lock:
+        with self._skipped_lock:
             skipped, self._skipped = self._skipped, 0
         self._skip_logged = now
         log.warning(
