@@ -15,9 +15,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanPb
 
-from service.ingest.accept import Rejection
 from service.ingest.otlp.decode import decode
 from service.ingest.otlp.mapping import SELECT, MappingConfig, map_span
+from service.ingest.validate import Rejection
 from service.kernel.settings import Settings
 
 TRACE_ID = bytes.fromhex("5b8efff798038103d269b633813fc60c")

@@ -17,7 +17,8 @@ from service.api.docs import add_docs
 from service.api.heap import freeze_startup_objects
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
 from service.api.state import AppState
-from service.ingest.accept import empty_retrieval_labels
+from service.ingest.counts import count_refused
+from service.ingest.validate import empty_retrieval_labels
 from service.kernel.settings import Settings
 from service.store.db_check import warn_if_statistics_go_stale
 from service.store.models import DEFAULT_TENANT
@@ -95,7 +96,8 @@ def create_app(settings: Settings) -> FastAPI:
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         if request.url.path.startswith("/v1/events") and request.method == "POST":
             empty = empty_retrieval_labels(exc.body)
-            state.ingestor.reject(
+            count_refused(
+                runtime.aggregates,
                 getattr(request.state, TENANT_STATE, DEFAULT_TENANT),
                 "empty_retrieval" if empty else "invalid",
                 empty_retrieval=empty,

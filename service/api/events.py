@@ -10,8 +10,11 @@ from starlette.concurrency import run_in_threadpool
 from service.api.deps import Caller, StateDep
 from service.api.keys import Principal
 from service.api.state import AppState
-from service.ingest.accept import CONFLICT_MESSAGE, Refusal, Rejection, validate
+from service.ingest.admission import Refusal
+from service.ingest.counts import add_counts, count_refused
 from service.ingest.group_commit import NotStoredError
+from service.ingest.ingestor import CONFLICT_MESSAGE
+from service.ingest.validate import Rejection, validate
 from service.kernel.schemas import (
     ERROR_RESPONSES,
     BatchIn,
@@ -78,7 +81,7 @@ async def post_event(
     try:
         result = await state.committer.store(caller.tenant, checked)
     except NotStoredError as exc:
-        await run_in_threadpool(state.ingestor.reject, caller.tenant, exc.reason)
+        await run_in_threadpool(count_refused, state.runtime.aggregates, caller.tenant, exc.reason)
         retry_after = str(state.runtime.settings.backpressure_retry_after_seconds)
         raise HTTPException(
             exc.status_code,
@@ -162,12 +165,12 @@ def post_feedback(
         labels = {"app": event.app, "retriever": event.retriever, "environment": event.environment}
     delta = Delta(caller.tenant)
     delta.inc("feedback", labels)
-    state.ingestor.count(delta)
+    add_counts(state.runtime.aggregates, delta)
     return {"event_id": event_id, "status": "recorded"}
 
 
 def refuse_if_needed(state: AppState, caller: Principal, events: int) -> None:
-    refusal = state.ingestor.admit(caller.tenant, events)
+    refusal = state.admission.admit(caller.tenant, events)
     if refusal is not None:
         raise _refused(refusal)
 
@@ -178,13 +181,15 @@ async def refuse_single_if_needed(state: AppState, caller: Principal) -> None:
     thread-pool hop costing more than the check. A stale count (its COUNT query) or a tenant
     rate (its token bucket in Redis) sends the whole check to the thread pool, and so does
     counting a refusal (Redis)."""
-    ingestor = state.ingestor
-    if ingestor.admits_without_io():
-        refusal = ingestor.refusal(caller.tenant, 1, refresh=False)
+    admission = state.admission
+    if admission.admits_without_io():
+        refusal = admission.refusal(caller.tenant, 1, refresh=False)
         if refusal is not None:
-            await run_in_threadpool(ingestor.reject, caller.tenant, refusal.reason)
+            await run_in_threadpool(
+                count_refused, state.runtime.aggregates, caller.tenant, refusal.reason
+            )
     else:
-        refusal = await run_in_threadpool(ingestor.admit, caller.tenant, 1)
+        refusal = await run_in_threadpool(admission.admit, caller.tenant, 1)
     if refusal is not None:
         raise _refused(refusal)
 

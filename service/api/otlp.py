@@ -16,7 +16,6 @@ from starlette.concurrency import run_in_threadpool
 from service.api.auth import current_principal
 from service.api.deps import StateDep
 from service.api.state import AppState
-from service.ingest.accept import Rejection, validate
 from service.ingest.otlp.decode import Encoding, PayloadError, decode
 from service.ingest.otlp.mapping import SELECT, MappingConfig, map_request
 from service.ingest.otlp.responses import (
@@ -25,6 +24,7 @@ from service.ingest.otlp.responses import (
     status_body,
     success_body,
 )
+from service.ingest.validate import Rejection, validate
 from service.kernel.schemas import EventIn
 
 log = logging.getLogger(__name__)

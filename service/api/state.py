@@ -11,9 +11,11 @@ from service.analysis.gauges import CachedAgreementGauges, CachedCalibrationGaug
 from service.api.keys import KeyStore
 from service.api.scrape_token import read_scrape_token
 from service.api.sessions import SessionStore
-from service.ingest.accept import Ingestor
-from service.ingest.dispatch import GatheringSender
+from service.ingest.admission import Admission
+from service.ingest.backpressure import Backpressure
 from service.ingest.group_commit import GroupCommitter
+from service.ingest.ingestor import Ingestor
+from service.ingest.judge_queue import JudgeQueue
 from service.spend.budget import BudgetGauges
 from service.telemetry.exporter import MetricsPage, PipelineGauges
 from service.telemetry.pipeline import read_pipeline_state
@@ -24,6 +26,7 @@ from service.wiring.runtime import Runtime
 @dataclass
 class AppState:
     runtime: Runtime
+    admission: Admission
     ingestor: Ingestor
     metrics_page: MetricsPage
     committer: GroupCommitter  # the single-event path's writer; started and drained by the app
@@ -33,13 +36,14 @@ class AppState:
 
     @classmethod
     def build(cls, runtime: Runtime) -> AppState:
-        sender = GatheringSender(
+        judge_queue = JudgeQueue(
             runtime.settings.redis_url,
             runtime.settings.queue_name,
             runtime.settings.judge_slice_events,
             runtime.settings.judge_gather_seconds,
         )
-        ingestor = Ingestor(runtime, sender)
+        backpressure = Backpressure(runtime)
+        ingestor = Ingestor(runtime, judge_queue, backpressure)
         metrics_page = MetricsPage(
             runtime.aggregates,
             collectors=(
@@ -57,6 +61,7 @@ class AppState:
         writers = 1 if runtime.engine.dialect.name == "sqlite" else 2
         return cls(
             runtime=runtime,
+            admission=Admission(runtime, backpressure),
             ingestor=ingestor,
             # A group is at most a batch; one more group may wait while one is being stored.
             committer=GroupCommitter(ingestor.ingest, group, capacity=group, writers=writers),
@@ -70,7 +75,7 @@ class AppState:
 def before_scrape(runtime: Runtime, ingestor: Ingestor) -> None:
     """What a scrape needs first: this process's pending duplicate ratios exported (so an
     event accepted before the scrape is in it), and the aggregates rebuilt if Redis lost them."""
-    ingestor.duplicate_ratios.flush()
+    ingestor.before_scrape()
     rebuild_if_lost(runtime)
 
 

@@ -1,11 +1,14 @@
 """Accepting events: everything between a parsed request body and the commit of its events.
 
-``accept`` is the entry (limits, redaction, triage, commit, counters, judge dispatch); beside it
-``signals`` and ``sampling`` (what is decided per event without a judge), ``backpressure`` and
-``ratelimit`` (what refuses work), ``group_commit`` (single events sharing one transaction),
-``counts`` (the counters of one call), ``dispatch`` (judge messages gathered into slices),
-``deferred`` (the near-duplicate ratio, counted after the answer) and ``redaction``. ``otlp`` is
-one more source of events: OTLP/HTTP spans in, event dicts out.
+One module per step of an event's way, in the order a request takes them: ``admission`` (the
+backlog, the commit time and the tenant's rate may refuse the request), ``validate`` (schema and
+limits; a ``Rejection`` otherwise), ``redact`` (free text masked), ``group_commit`` (single
+events sharing one transaction), ``ingestor`` (``triage`` of each event, the commit, then the
+counters of ``counts`` and the push to ``judge_queue``, the one place judge messages are built,
+gathered and sent) and ``deferred`` (the near-duplicate ratio, counted after the answer). Beside
+them ``signals`` and ``sampling`` (what ``triage`` decides per event without a judge) and
+``backpressure`` (what admission reads). ``otlp`` is one more source of events: OTLP/HTTP spans
+in, event dicts out.
 
 May import: ``service.kernel``, ``service.store``, ``service.telemetry``, ``service.measures`` and
 ``service.wiring``. Never ``service.api``, ``service.ui`` or ``workers``.

@@ -1,5 +1,6 @@
-"""The counters of one ingest call, added up per label set before they become one Delta, and
-``count_rejected``, the one place a refused event is counted, whichever path refused it.
+"""The counters of one ingest call, added up per label set before they become one Delta;
+``count_rejected``, the one place a refused event is counted, whichever path refused it; and
+``add_counts``/``count_refused``, which add counters to the shared aggregates on their own.
 
 A batch of 100 events usually carries one or a few (app, retriever, environment) label sets;
 counting per label set rather than per event turns ~15 increments per event into a handful of
@@ -8,14 +9,39 @@ additions, and each histogram's buckets are counted once per batch.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from service.ingest.signals import Signals
-from service.telemetry.aggregates import Delta
+from service.telemetry.aggregates import Aggregates, Delta
+
+log = logging.getLogger(__name__)
 
 LabelKey = tuple[str, str, str]  # app, retriever, environment
+
+
+def add_counts(aggregates: Aggregates, delta: Delta) -> None:
+    """Add ``delta`` to the shared aggregates; a failure is logged, never raised."""
+    try:
+        aggregates.add(delta)
+    except Exception:  # counters are rebuilt from the database; never fail an accepted event
+        log.warning("could not update ingest counters", exc_info=True)
+
+
+def count_refused(
+    aggregates: Aggregates,
+    tenant: str,
+    reason: str,
+    events: int = 1,
+    empty_retrieval: Mapping[str, str] | None = None,
+) -> None:
+    """Count ``tenant``'s events refused before the ingestor saw them (admission, the request's
+    own validation, the single-event path's writer); the ingestor counts the ones it is given."""
+    delta = Delta(tenant)
+    count_rejected(delta, reason, events, empty_retrieval)
+    add_counts(aggregates, delta)
 
 
 def count_rejected(

@@ -36,8 +36,11 @@ import redis
 from sqlalchemy.orm import Session
 
 from service.api.heap import freeze_startup_objects
-from service.ingest import accept, counts
-from service.ingest.judge_queue import TaskSender
+from service.ingest import counts, triage, validate
+from service.ingest.ingestor import Ingestor
+from service.ingest.judge_queue import JudgeQueue
+from service.ingest.signals import NearDuplicateCount
+from service.kernel.background import BackgroundWorker
 from service.kernel.schemas import BatchIn, EventIn
 from service.kernel.settings import Settings
 from service.store import event_rows
@@ -125,12 +128,12 @@ def instrument(clock: StageClock) -> None:
     import service.kernel.schemas as schemas
 
     clock.wrap(schemas, "check_body", "storable check")
-    clock.wrap(accept, "check_limits", "limits + redaction")
-    clock.wrap(accept, "redact_event", "limits + redaction")
-    clock.wrap(accept, "compute_signals", "signals + urgent decision")
-    if hasattr(accept, "NearDuplicateCount"):  # the urgent check, read only as far as it needs
-        clock.wrap(accept.NearDuplicateCount, "reaches", "signals + urgent decision")
-    clock.wrap(accept, "decide", "sampling")
+    clock.wrap(validate, "check_limits", "limits + redaction")
+    clock.wrap(validate, "redact_event", "limits + redaction")
+    clock.wrap(triage, "compute_signals", "signals + urgent decision")
+    # The urgent check, read only as far as it needs.
+    clock.wrap(NearDuplicateCount, "reaches", "signals + urgent decision")
+    clock.wrap(triage, "decide", "sampling")
     clock.wrap(event_store, "payload_hash", "identity hash")
     clock.wrap(event_store, "known_payload_hashes", "known-id lookup")
     clock.wrap(event_store, "insert_events", "event insert")
@@ -142,21 +145,13 @@ def instrument(clock: StageClock) -> None:
     clock.wrap(Session, "commit", "commit")
     clock.wrap(counts.IngestCounts, "accepted", "counters (fold)")
     clock.wrap(counts.IngestCounts, "add_to", "counters (fold)")
-    if hasattr(accept, "DuplicateRatios"):
-        clock.wrap(accept.DuplicateRatios, "flush", "duplicate ratio (after the answer)")
-    # One Redis round trip for both where the code does that; two calls in the code before it.
-    for owner, attribute in (
-        (accept.Ingestor, "_count_and_enqueue"),
-        (accept.Ingestor, "count"),
-        (TaskSender, "send_judge"),
-    ):
-        if attribute in owner.__dict__:
-            clock.wrap(owner, attribute, "counters + enqueue (Redis)")
+    # The only background worker here: the duplicate ratios' (no gathering, no HTTP counter).
+    clock.wrap(BackgroundWorker, "flush", "duplicate ratio (after the answer)")
+    # The counters and the judge messages leave in one Redis round trip.
+    clock.wrap(JudgeQueue, "push", "counters + enqueue (Redis)")
 
 
-def single(
-    runtime: Runtime, ingestor: accept.Ingestor, clock: StageClock, bodies: list[bytes]
-) -> None:
+def single(runtime: Runtime, ingestor: Ingestor, clock: StageClock, bodies: list[bytes]) -> None:
     """One event per call, as the route hands it over (a group of one)."""
     for body in bodies:
         with clock.stage("other"):
@@ -164,14 +159,12 @@ def single(
                 raw = json.loads(body)
             with clock.stage("validate (pydantic, rest)"):
                 parsed = EventIn.model_validate(raw)
-            checked = accept.validate(parsed, runtime)
+            checked = validate.validate(parsed, runtime)
             assert isinstance(checked, EventIn)
             ingestor.ingest("default", [checked])
 
 
-def batched(
-    runtime: Runtime, ingestor: accept.Ingestor, clock: StageClock, bodies: list[bytes]
-) -> None:
+def batched(runtime: Runtime, ingestor: Ingestor, clock: StageClock, bodies: list[bytes]) -> None:
     """One batch per call, as ``POST /v1/events/batch`` runs it."""
     for body in bodies:
         with clock.stage("other"):
@@ -181,7 +174,7 @@ def batched(
                 batch = BatchIn.model_validate(raw)
                 valid = []
                 for item in batch.events:
-                    checked = accept.validate(item, runtime)
+                    checked = validate.validate(item, runtime)
                     assert isinstance(checked, EventIn)
                     valid.append(checked)
             ingestor.ingest("default", valid)
@@ -204,8 +197,8 @@ def profile(kind: str, events: int, tmp: Path, unique: bool = False) -> dict[str
             }
         )
         runtime = Runtime(settings)
-        sender = TaskSender(settings.redis_url, settings.queue_name, settings.judge_slice_events)
-        ingestor = accept.Ingestor(runtime, sender)
+        sender = JudgeQueue(settings.redis_url, settings.queue_name, settings.judge_slice_events)
+        ingestor = Ingestor(runtime, sender)
         run = uuid.uuid4().hex[:6]
         # Warm up: connections, prepared statements, caches of label sets and passage prefixes.
         warm = [orjson.dumps(event(i, f"{run}w")) for i in range(200)]
@@ -239,8 +232,7 @@ def profile(kind: str, events: int, tmp: Path, unique: bool = False) -> dict[str
             instrument(clock)
             try:
                 runner(runtime, ingestor, clock, bodies)
-                if hasattr(ingestor, "duplicate_ratios"):  # what is still to count, counted
-                    ingestor.duplicate_ratios.flush()
+                ingestor.before_scrape()  # what is still to count, counted
             finally:
                 clock.restore()
             stored = len(bodies) * (1 if path == "single" else 100)

@@ -12,9 +12,8 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.ingest.accept import Ingestor
+from service.ingest.admission import Admission
 from service.ingest.backpressure import Backpressure
-from service.ingest.judge_queue import TaskSender
 from service.kernel.redis_check import eviction_problem
 from service.kernel.settings import Settings
 from service.store.migrate import upgrade
@@ -43,7 +42,7 @@ def test_a_backlog_over_the_bound_gets_503_with_retry_after(
         for i in range(3):
             assert client.post("/v1/events", json=make_event(f"e{i}")).status_code == 202
         # The bound sees the backlog once the count is re-read: wait for that, not for a time.
-        backpressure: Backpressure = app.state.rm.ingestor.backpressure
+        backpressure: Backpressure = app.state.rm.admission.backpressure
         wait_for(lambda: backpressure.pending_events() == 3, timeout=10, interval=0.01)
         response = client.post("/v1/events", json=make_event("e3"))
         assert response.status_code == 503
@@ -67,20 +66,21 @@ def test_admission_on_cached_figures_is_decided_in_the_event_loop_with_the_same_
         tmp_path, sqlite_url, redis_url, max_pending_events=3, backpressure_refresh_seconds=3
     )
     app = create_app(settings)
-    ingestor: Ingestor = app.state.rm.ingestor
+    admission: Admission = app.state.rm.admission
     with TestClient(app) as client:
-        assert not ingestor.admits_without_io()  # never counted: the COUNT is the pool's
+        assert not admission.admits_without_io()  # never counted: the COUNT is the pool's
         for i in range(3):
             assert client.post("/v1/events", json=make_event(f"e{i}")).status_code == 202
-        wait_for(lambda: ingestor.backpressure.pending_events() == 3, timeout=10, interval=0.05)
-        assert ingestor.admits_without_io()  # counted just now: this request is decided in place
+        wait_for(lambda: admission.backpressure.pending_events() == 3, timeout=10, interval=0.05)
+        assert admission.admits_without_io()  # counted just now: this request is decided in place
         response = client.post("/v1/events", json=make_event("e3"))
         assert response.status_code == 503
         assert response.headers["Retry-After"] == str(settings.backpressure_retry_after_seconds)
         assert "3 events wait for judging" in response.json()["detail"]
         assert sample(client, "retrieval_monitor_events_rejected_total", reason="backlog") == 1
     limited = settings.model_copy(update={"tenant_events_per_second": 5.0})
-    rated = Ingestor(Runtime(limited), TaskSender(limited.redis_url, limited.queue_name))
+    limited_runtime = Runtime(limited)
+    rated = Admission(limited_runtime, Backpressure(limited_runtime))
     rated.backpressure.pending_events()
     assert not rated.admits_without_io()  # a token bucket in Redis: the pool's
 

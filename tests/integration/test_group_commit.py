@@ -21,9 +21,9 @@ from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
 from service.api.state import AppState
-from service.ingest.accept import Ingestor
 from service.ingest.group_commit import GroupCommitter, NotStoredError, Store
-from service.ingest.judge_queue import TaskSender
+from service.ingest.ingestor import Ingestor
+from service.ingest.judge_queue import JudgeQueue
 from service.kernel.schemas import EventIn, IngestResult
 from service.kernel.settings import Settings
 from service.process.embedded import free_port
@@ -45,7 +45,7 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 def committer_for(settings: Settings, max_group: int = 100) -> GroupCommitter:
     runtime = Runtime(settings)
-    ingestor = Ingestor(runtime, TaskSender(settings.redis_url, settings.queue_name))
+    ingestor = Ingestor(runtime, JudgeQueue(settings.redis_url, settings.queue_name))
     return GroupCommitter(ingestor.ingest, max_group=max_group, capacity=max_group)
 
 
@@ -387,7 +387,7 @@ def test_a_request_that_stops_waiting_leaves_its_group_to_be_stored(
     upgrade(sqlite_url)
     settings = make_settings(tmp_path, sqlite_url, redis_url)
     runtime = Runtime(settings)
-    ingestor = Ingestor(runtime, TaskSender(settings.redis_url, settings.queue_name))
+    ingestor = Ingestor(runtime, JudgeQueue(settings.redis_url, settings.queue_name))
     held = HeldCommitter(ingestor.ingest, capacity=10)
 
     async def scenario() -> tuple[NotStoredError, str]:

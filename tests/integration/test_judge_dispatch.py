@@ -9,8 +9,7 @@ import uuid
 
 import redis
 
-from service.ingest.dispatch import GatheringSender
-from service.ingest.judge_queue import FANOUT_TASK, JUDGE_SLICE_TASK
+from service.ingest.judge_queue import FANOUT_TASK, JUDGE_SLICE_TASK, JudgeQueue
 from tests.conftest import wait_for
 
 
@@ -27,14 +26,14 @@ def queued_messages(client: redis.Redis, queue: str) -> list[tuple[str, list[int
 def test_small_sends_close_together_become_one_slice(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     queue = f"judge-test-{uuid.uuid4().hex[:8]}"
-    sender = GatheringSender(redis_url, queue, slice_events=16, delay_seconds=0.3)
+    sender = JudgeQueue(redis_url, queue, slice_events=16, gather_seconds=0.3)
     try:
         for pk in (1, 2, 3):
-            assert sender.send_judge([pk])
+            assert sender.push([pk])
         wait_for(lambda: client.llen(queue) > 0, timeout=10)
         assert queued_messages(client, queue) == [(JUDGE_SLICE_TASK, [1, 2, 3])]
         # Later sends start a wait of their own.
-        sender.send_judge([4])
+        sender.push([4])
         wait_for(lambda: client.llen(queue) > 1, timeout=10)
         assert queued_messages(client, queue)[-1] == (JUDGE_SLICE_TASK, [4])
     finally:
@@ -46,12 +45,12 @@ def test_a_full_slice_goes_without_waiting_and_a_batch_goes_as_it_is(redis_url: 
     client = redis.Redis.from_url(redis_url)
     queue = f"judge-test-{uuid.uuid4().hex[:8]}"
     # A delay far longer than the waits below: only a full slice can make these messages go.
-    sender = GatheringSender(redis_url, queue, slice_events=4, delay_seconds=60)
+    sender = JudgeQueue(redis_url, queue, slice_events=4, gather_seconds=60)
     try:
         for pk in range(1, 6):
-            sender.send_judge([pk])
+            sender.push([pk])
         wait_for(lambda: client.llen(queue) > 0, timeout=10)
-        sender.send_judge(list(range(100, 110)))  # a batch's own message
+        sender.push(list(range(100, 110)))  # a batch's own message
         assert queued_messages(client, queue) == [
             (JUDGE_SLICE_TASK, [1, 2, 3, 4]),
             (FANOUT_TASK, list(range(100, 110))),
@@ -67,10 +66,10 @@ def test_a_full_slice_goes_without_waiting_and_a_batch_goes_as_it_is(redis_url: 
 def test_without_a_delay_every_send_goes_at_once(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     queue = f"judge-test-{uuid.uuid4().hex[:8]}"
-    sender = GatheringSender(redis_url, queue, slice_events=16, delay_seconds=0)
+    sender = JudgeQueue(redis_url, queue, slice_events=16, gather_seconds=0)
     try:
-        sender.send_judge([1])
-        sender.send_judge([2])
+        sender.push([1])
+        sender.push([2])
         assert queued_messages(client, queue) == [(JUDGE_SLICE_TASK, [1]), (JUDGE_SLICE_TASK, [2])]
     finally:
         client.delete(queue)

@@ -99,7 +99,7 @@ def test_seeded_pii_never_reaches_the_database_logs_or_judge(
     # Positive control: a record carrying the secret, sent through the logger an ingest module
     # uses and the handler the service installed, is seen by the same capture. So the checks
     # above would catch the text if the service logged it.
-    logging.getLogger("service.ingest.accept").info("event query: %s", event["query"])
+    logging.getLogger("service.ingest.ingestor").info("event query: %s", event["query"])
     controlled = worker.log_path.read_text() + "".join(capfd.readouterr())
     assert EMAIL in controlled
     # hash_after_judging: no passage text is left, the hashes are.

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from schemathesis import checks
 
 from service.api.app import create_app
-from service.ingest.accept import Ingestor
-from service.ingest.judge_queue import TaskSender
+from service.ingest.ingestor import Ingestor
+from service.ingest.judge_queue import JudgeQueue
 from service.kernel.schemas import EventIn
 from service.kernel.settings import Settings
 from service.store.models import Event
@@ -420,7 +420,7 @@ def test_a_value_the_database_refuses_fails_its_own_event_only(
     validation) and that the database refuses is rejected alone, the rest of its batch stored."""
     settings = fuzz_settings(tmp_path, store_url, redis_url)
     runtime = Runtime(settings)
-    sender = TaskSender(settings.redis_url, settings.queue_name, settings.judge_slice_events)
+    sender = JudgeQueue(settings.redis_url, settings.queue_name, settings.judge_slice_events)
     good = [EventIn.model_validate(make_event(f"ok-{i}")) for i in range(2)]
     valid = EventIn.model_validate(make_event("refused"))
     # A lone surrogate: neither SQLite's nor PostgreSQL's driver can encode it.

@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.ingest.accept import Triage
 from service.ingest.sampling import decide
 from service.ingest.signals import compute_signals, count_near_duplicates, looks_bad, repeats_enough
+from service.ingest.triage import Triage
 from service.kernel.schemas import EventIn
 from service.kernel.settings import Settings
 from tests.unit.ingest.test_signals import _passages, _reference_near_duplicates

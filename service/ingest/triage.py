@@ -1,0 +1,69 @@
+"""What is decided about an event without a judge, before it is stored: whether it is judged
+(sampling), whether it is judged first (urgent), its signals, and the state it is stored in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.ingest.sampling import decide
+from service.ingest.signals import NearDuplicateCount, Signals, compute_signals, looks_bad
+from service.kernel.schemas import EventIn
+from service.kernel.settings import Settings
+from service.store import events as event_store
+
+
+@dataclass(frozen=True)
+class Triage:
+    """What ingest decides about an event without a judge: sample it, hurry it, its signals."""
+
+    judge: bool
+    reason: str  # gold, sampled, unsampled
+    urgent: bool
+    signals: Signals
+    duplicates: NearDuplicateCount  # read as far as ``urgent`` needed; finished after the answer
+
+    @classmethod
+    def of(cls, event_id: str, event: EventIn, settings: Settings) -> Triage:
+        texts = [p.text for p in event.passages]
+        k = event.k or len(event.passages)
+        # The near-duplicate count only feeds a histogram: it is made after the answer
+        # (service/ingest/deferred.py). What decides here is whether it reaches looks_bad's
+        # bound, asked only when the answer depends on it and stopped once it is known.
+        signals = compute_signals(
+            texts,
+            [p.score for p in event.passages],
+            k,
+            settings.signal_short_passages,
+            settings.signal_duplicate_similarity,
+            settings.signal_max_compared_passages,
+            count_duplicates=False,
+        )
+        is_gold = event.gold_passage_ids is not None
+        sample = decide(
+            event_id,
+            event.app,
+            event.retriever,
+            is_gold,
+            settings.sample_rate,
+            settings.sample_rates,
+        )
+        duplicates = NearDuplicateCount(
+            texts[:k][: settings.signal_max_compared_passages],
+            settings.signal_duplicate_similarity,
+        )
+        # The same decision as ``sample.judge and (is_gold or looks_bad(full signals))``.
+        urgent = sample.judge and (
+            is_gold or looks_bad(signals) or duplicates.reaches(signals.passages)
+        )
+        return cls(sample.judge, sample.reason, urgent, signals, duplicates)
+
+
+def initial_states(triage: dict[str, Triage]) -> dict[str, event_store.InitialState]:
+    """Unsampled events are stored skipped and urgent ones with priority, in the INSERT itself."""
+    return {
+        event_id: event_store.InitialState(
+            skip_reason=None if chosen.judge else "unsampled", priority=int(chosen.urgent)
+        )
+        for event_id, chosen in triage.items()
+        if chosen.urgent or not chosen.judge
+    }
