@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import Caller, StateDep
-from service.api.keys import Principal
-from service.api.state import AppState
+from service.auth.keys import Principal
+from service.http.deps import Caller, StateDep
+from service.http.state import AppState
 from service.ingest.accept import CONFLICT_MESSAGE, Refusal, Rejection, validate
 from service.ingest.group_commit import NotStoredError
 from service.kernel.schemas import (

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from service.api.deps import StateDep, UiCaller
+from service.http.deps import StateDep, UiCaller
 from service.kernel.clock import as_utc, utcnow
 from service.store import events as event_store
 from service.store import gold as gold_store
