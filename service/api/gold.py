@@ -23,10 +23,10 @@ from service.kernel.schemas import ERROR_RESPONSES, EventGoldView, GoldIn, GoldL
 from service.kernel.storable import text_problem
 from service.store import events as event_store
 from service.store import gold as gold_store
+from service.store import pages as page_store
 from service.store.analysis import EventWindow
 from service.store.engine import session_scope
 from service.store.models import Event, GoldOutcome, MissCauseKind
-from service.ui import queries as page_store
 
 router = APIRouter(tags=["gold"], responses=ERROR_RESPONSES)
 

@@ -1,9 +1,10 @@
 """The built-in web pages for reading what went wrong, and the miss-cause API they use.
 
 ``routes.router`` carries both: the pages under /ui (``pages``) and the JSON routes under /v1
-(``api``). ``queries`` holds the pages' database reads (and the miss-cause writes), ``filters``
-reads the query string, ``views`` shapes rows for the templates, ``render`` and ``charts`` draw
-them; who is reading is the auth room's (``service.auth.browser``: a key or the login cookie).
+(``api``). ``filters`` reads the query string, ``views`` shapes rows for the templates, ``render``
+and ``charts`` draw them; the pages' database reads (and the miss-cause writes) are the store's
+(``service.store.pages``), and who is reading is the auth room's (``service.auth.browser``: a key
+or the login cookie).
 
 The labelling queue (``label_page``) shows the analysis's figures of the labelled sample.
 

@@ -29,11 +29,12 @@ from service.http.state import app_state
 from service.measures.catalogue import LISTED, MEASURE_NAMES
 from service.store import events as event_store
 from service.store import gold as gold_store
+from service.store import pages as page_store
 from service.store.engine import session_scope
-from service.ui import queries as page_store
+from service.store.pages import UNCLASSIFIED
 from service.ui import views
 from service.ui.api import labelled_miss
-from service.ui.filters import UNCLASSIFIED, WINDOWS, EventFilter, parse_filter
+from service.ui.filters import WINDOWS, EventFilter, parse_filter
 from service.ui.render import MISS_CAUSE_TITLES, render
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
