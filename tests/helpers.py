@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from service.api.app import create_app
-from service.api.keys import key_hash, new_key
+from service.auth.keys import key_hash, new_key
 from service.kernel.clock import utcnow
 from service.kernel.hashing import text_hash
 from service.kernel.schemas import EventIn

@@ -15,8 +15,8 @@ from service.analysis.runner import (
     run_comparison,
 )
 from service.analysis.window import parse_moment, preceding, resolve_window
-from service.api.deps import Caller, StateDep
-from service.api.state import AppState
+from service.http.deps import Caller, StateDep
+from service.http.state import AppState
 from service.kernel.clock import utcnow
 from service.store.analysis import EventWindow
 from service.store.engine import session_scope

@@ -10,13 +10,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from service.api import analysis, calibration, events, gold, health, otlp
-from service.api.auth_gate import TENANT_STATE, AuthGateMiddleware
+from service.api import analysis, calibration, events, gold, health, otlp, scrape
 from service.api.body_limit import BodyLimitMiddleware, InflightBudget
 from service.api.docs import add_docs
 from service.api.heap import freeze_startup_objects
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
-from service.api.state import AppState
+from service.auth.gate import TENANT_STATE, AuthGateMiddleware
+from service.http.state import AppState
 from service.ingest.counts import count_refused
 from service.ingest.validate import empty_retrieval_labels
 from service.kernel.settings import Settings
@@ -37,7 +37,7 @@ context relevance, and recall with gold traffic) are exported on `/metrics` for 
 
 def create_app(settings: Settings) -> FastAPI:
     runtime = Runtime(settings)
-    state = AppState.build(runtime)
+    state = AppState.build(runtime, scrape.before_scrape)
     responses = HttpResponseCounter(runtime.aggregates)
 
     @asynccontextmanager
@@ -90,6 +90,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(calibration.router)
     app.include_router(gold.router)
     app.include_router(health.router)
+    app.include_router(scrape.router)
     app.include_router(ui_router)
 
     @app.exception_handler(RequestValidationError)

@@ -1,7 +1,7 @@
 """Request bodies are bounded after decompression, in time, and all together.
 
 - One body: at most ``max_bytes`` once inflated (less for a caller not yet identified, see
-  ``service.api.auth_gate``), so a small gzip body cannot expand into memory.
+  ``service.auth.gate``), so a small gzip body cannot expand into memory.
 - One body in time: a client that has not sent its whole body within ``timeout_seconds`` is
   answered 408 and its connection closed, so a half-sent request cannot stay open.
 - All bodies at once: the bytes held by requests still being read never exceed the
@@ -18,7 +18,7 @@ import zlib
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.auth_gate import BODY_LIMIT_STATE
+from service.auth.gate import BODY_LIMIT_STATE
 
 RETRY_AFTER_SECONDS = 2
 

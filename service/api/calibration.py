@@ -14,7 +14,7 @@ from service.analysis.local_calibration import NotEnoughGoldError, run_local_cal
 from service.analysis.report import to_jsonable
 from service.analysis.window import resolve_window
 from service.api.analysis import App, Retriever, Since, Until
-from service.api.deps import Caller, StateDep
+from service.http.deps import Caller, StateDep
 from service.kernel.clock import utcnow
 from service.store.analysis import EventWindow
 from service.store.engine import session_scope

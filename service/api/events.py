@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import Caller, StateDep
-from service.api.keys import Principal
-from service.api.state import AppState
+from service.auth.keys import Principal
+from service.http.deps import Caller, StateDep
+from service.http.state import AppState
 from service.ingest.admission import Refusal
 from service.ingest.counts import add_counts, count_refused
 from service.ingest.group_commit import NotStoredError

@@ -15,22 +15,21 @@ from fastapi import APIRouter, HTTPException, Query, status
 from service.analysis.gold_queue import window_agreement
 from service.analysis.report import to_jsonable
 from service.analysis.window import resolve_window
-from service.api.deps import StateDep, UiCaller
-from service.api.keys import Principal
+from service.auth.labellers import labeller_of
+from service.http.deps import StateDep, UiCaller
 from service.kernel.clock import utcnow
 from service.kernel.hashing import text_hash
 from service.kernel.schemas import ERROR_RESPONSES, EventGoldView, GoldIn, GoldLabelView
 from service.kernel.storable import text_problem
 from service.store import events as event_store
 from service.store import gold as gold_store
+from service.store import pages as page_store
 from service.store.analysis import EventWindow
 from service.store.engine import session_scope
 from service.store.models import Event, GoldOutcome, MissCauseKind
-from service.ui import queries as page_store
 
 router = APIRouter(tags=["gold"], responses=ERROR_RESPONSES)
 
-ANONYMOUS_LABELLER = "anonymous"
 # Outcomes that say why gold is missing, recorded as the miss's cause when none is yet.
 CAUSE_OF_OUTCOME = {
     GoldOutcome.NOT_IN_CORPUS.value: MissCauseKind.NOT_IN_CORPUS,
@@ -40,17 +39,6 @@ CAUSE_OF_OUTCOME = {
 
 def _unprocessable(message: str) -> HTTPException:
     return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=message)
-
-
-def labeller_of(caller: Principal, named: str | None) -> tuple[str, str]:
-    """(labeller id, display name) of who is labelling."""
-    if caller.labeller is not None:
-        if named is not None:
-            raise _unprocessable("labeller is set by the API key; drop it from the body")
-        return caller.labeller, caller.key_name
-    if named is None:
-        return ANONYMOUS_LABELLER, ""
-    return f"name:{named}", named
 
 
 def _find(session: Any, tenant: str, event_id: str) -> Event:

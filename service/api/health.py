@@ -1,13 +1,12 @@
-"""Liveness, readiness and the Prometheus endpoint."""
+"""Liveness and readiness."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
 from sqlalchemy import text
 
-from service.api.deps import OPERATIONS_ACCESS, StateDep
+from service.http.deps import StateDep
 from service.store.engine import session_scope
-from service.telemetry.exposition import CONTENT_TYPE
 
 router = APIRouter(tags=["operations"])
 
@@ -44,9 +43,3 @@ def readyz(response: Response, state: StateDep) -> dict[str, str]:
         response.status_code = 503
         return {"status": "not ready", **checks}
     return {"status": "ready" if checks["redis"] == "ok" else "degraded", **checks}
-
-
-@router.get("/metrics", response_class=Response, dependencies=[OPERATIONS_ACCESS])
-def metrics(state: StateDep) -> Response:
-    """Prometheus text exposition of every series (global totals, the same on every replica)."""
-    return Response(state.metrics_page.render(), media_type=CONTENT_TYPE)

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from fastapi import APIRouter, HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from service.api.auth import current_principal
-from service.api.deps import StateDep
-from service.api.state import AppState
+from service.auth.callers import current_principal
+from service.http.deps import StateDep
+from service.http.state import AppState
 from service.ingest.otlp.decode import Encoding, PayloadError, decode
 from service.ingest.otlp.mapping import SELECT, MappingConfig, map_request
 from service.ingest.otlp.responses import (

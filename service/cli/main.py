@@ -158,7 +158,7 @@ def cmd_migrate(_args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
-    from service.api.keys import key_hash, new_key
+    from service.auth.keys import key_hash, new_key
     from service.kernel.clock import utcnow
     from service.store import keys as keys_repository
     from service.store.engine import get_engine, session_scope
@@ -179,7 +179,7 @@ def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
     from redis import Redis
 
-    from service.api.keys import announce_revocation
+    from service.auth.keys import announce_revocation
     from service.kernel.clock import utcnow
     from service.store import keys as keys_repository
     from service.store.engine import get_engine, session_scope

@@ -4,9 +4,9 @@ One repository module per aggregate: ``events`` (an event, its passages and feed
 ``judging`` (judgments, judge runs, the label cache, scores), ``keys``, ``spend``,
 ``analysis`` (a window's events for the analysis) and ``calibration`` (the local judge's
 similarities on gold traffic, the thresholds applied to it); ``lookups`` holds the many-keys
-probe two of them share. The web pages' own reads live with the pages (``service.ui.queries``),
-since their query parameters are the pages' filters. Routes and tasks call these; none writes
-SQL itself.
+probe two of them share, ``dialect`` the small dialect-aware SQL helpers (the one
+insert-or-update and insert-or-ignore of each dialect among them) and ``pages`` the web pages'
+reads (and the miss causes they record). Routes and tasks call these; none writes SQL itself.
 
 May import: ``service.kernel`` and ``service.measures``. Nothing downstream.
 """

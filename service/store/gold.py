@@ -25,11 +25,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import exists, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session, col
 
-from service.store.models import Event, GoldLabel, GoldOutcome, table
+from service.store.dialect import upsert
+from service.store.models import Event, GoldLabel, GoldOutcome
 
 CHUNK = 900
 MARKS_PASSAGES = frozenset({GoldOutcome.ANSWERED.value, GoldOutcome.NOT_RETRIEVED.value})
@@ -93,16 +93,7 @@ def save_label(session: Session, row: LabelRow) -> None:
         "answer_correct": row.answer_correct,
         "labelled_at": row.labelled_at,
     }
-    target = table(GoldLabel)
-    statement: Any
-    if session.get_bind().dialect.name == "postgresql":
-        statement = postgresql.insert(target).values(values)
-    else:
-        statement = sqlite.insert(target).values(values)
-    replaced = {k: v for k, v in values.items() if k not in ("event_pk", "labeller")}
-    session.execute(
-        statement.on_conflict_do_update(index_elements=["event_pk", "labeller"], set_=replaced)
-    )
+    upsert(session, GoldLabel, values, key=["event_pk", "labeller"])
 
 
 def _chunks(keys: Sequence[int]) -> Iterator[list[int]]:

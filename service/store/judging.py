@@ -9,11 +9,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, tuple_, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col
 
 from service.kernel.clock import as_utc, utcnow
 from service.measures.catalogue import MEASURE_NAMES
+from service.store.dialect import insert_ignore
 from service.store.lookups import lookup_each, unnest_keys
 from service.store.models import (
     Event,
@@ -338,7 +338,7 @@ def store_judging_many(
     cache = {
         (row["query_hash"], row["passage_hash"]): row for r in rows.values() for row in r.cache
     }
-    _insert_ignore(session, LabelCache, list(cache.values()))
+    insert_ignore(session, LabelCache, list(cache.values()))
     session.execute(table(Score).insert(), [r.score for r in rows.values()])
     session.execute(
         update(Event)
@@ -384,21 +384,6 @@ def mark_failed(session: Session, event_pk: int, reason: str) -> None:
         .where(col(Event.id) == event_pk, col(Event.status) == EventStatus.PENDING.value)
         .values(status=EventStatus.FAILED.value, failure_reason=reason[:500])
     )
-
-
-def _insert_ignore(session: Session, model: type[Any], rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        return
-    target = table(model)
-    dialect = session.get_bind().dialect.name
-    statement: Any
-    if dialect == "postgresql":
-        statement = postgresql.insert(target).on_conflict_do_nothing()
-    elif dialect == "sqlite":
-        statement = sqlite.insert(target).on_conflict_do_nothing()
-    else:  # pragma: no cover - only the two dialects above are supported
-        raise RuntimeError(f"unsupported database dialect {dialect}")
-    session.execute(statement, rows)
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from service.api.deps import StateDep, UiCaller
+from service.http.deps import StateDep, UiCaller
 from service.kernel.clock import as_utc, utcnow
 from service.store import events as event_store
 from service.store import gold as gold_store
+from service.store import pages as page_store
 from service.store.engine import session_scope
 from service.store.models import Event, MissCause, MissCauseKind
-from service.ui import queries as page_store
-from service.ui.filters import UNCLASSIFIED, EventFilter, TimeWindow
+from service.store.pages import UNCLASSIFIED
+from service.ui.filters import EventFilter, TimeWindow
 from service.ui.schemas import CauseCountsView, MissCauseIn, MissCauseView
 
 router = APIRouter(tags=["misses"])

@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 
 from service.measures.catalogue import MEASURE_NAMES
 from service.store.models import MissCauseKind
+from service.store.pages import UNCLASSIFIED
 
 WINDOWS: dict[str, timedelta | None] = {
     "1h": timedelta(hours=1),
@@ -21,8 +22,6 @@ WINDOWS: dict[str, timedelta | None] = {
     "all": None,
 }
 DEFAULT_WINDOW = "7d"
-UNCLASSIFIED = "unclassified"
-PAGE_SIZE = 50
 
 Outcome = Literal["hit", "miss"]
 
@@ -129,20 +128,3 @@ def parse_filter(params: Mapping[str, str], now: datetime | None = None) -> Even
         page=page,
         errors=tuple(errors),
     )
-
-
-# Bucket widths a chart may use, in seconds: round numbers a reader can take in at a glance.
-_BUCKET_LADDER: tuple[int, ...] = (
-    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
-    86400, 172800, 604800,
-)  # fmt: skip
-CHART_POINTS = 30
-
-
-def bucket_seconds(first: datetime, last: datetime, points: int = CHART_POINTS) -> int:
-    """The smallest round bucket width that spreads [first, last] over at most ``points``."""
-    span = max((last - first).total_seconds(), 0.0)
-    for width in _BUCKET_LADDER:
-        if span / width < points:
-            return width
-    return _BUCKET_LADDER[-1]

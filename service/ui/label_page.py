@@ -23,9 +23,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from service.analysis.gold_queue import QueueState, queue_state
 from service.analysis.window import parse_span, resolve_window
-from service.api.deps import PageCaller, StateDep
-from service.api.gold import labeller_of
-from service.api.keys import Principal
+from service.auth.browser import cross_site, safe_next
+from service.auth.keys import Principal
+from service.auth.labellers import labeller_of
+from service.http.deps import PageCaller, StateDep
 from service.kernel.clock import utcnow
 from service.kernel.schemas import MAX_LABELLER_CHARS
 from service.kernel.storable import text_problem
@@ -35,7 +36,6 @@ from service.store.analysis import EventWindow
 from service.store.engine import session_scope
 from service.store.models import GoldOutcome
 from service.ui import views
-from service.ui.auth import cross_site, safe_next
 from service.ui.pages import _page
 
 router = APIRouter(prefix="/ui", include_in_schema=False)

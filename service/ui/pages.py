@@ -14,18 +14,7 @@ from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from sqlmodel import Session
 
-from service.api.deps import PageCaller, StateDep
-from service.api.keys import key_hash
-from service.api.sessions import COOKIE_NAME
-from service.api.state import app_state
-from service.measures.catalogue import LISTED, MEASURE_NAMES
-from service.store import events as event_store
-from service.store import gold as gold_store
-from service.store.engine import session_scope
-from service.ui import queries as page_store
-from service.ui import views
-from service.ui.api import labelled_miss
-from service.ui.auth import (
+from service.auth.browser import (
     COOKIE_MAX_AGE_SECONDS,
     UI_HEADER,
     UI_HEADER_VALUE,
@@ -33,7 +22,19 @@ from service.ui.auth import (
     safe_next,
     served_over_tls,
 )
-from service.ui.filters import UNCLASSIFIED, WINDOWS, EventFilter, parse_filter
+from service.auth.keys import key_hash
+from service.auth.sessions import COOKIE_NAME
+from service.http.deps import PageCaller, StateDep
+from service.http.state import app_state
+from service.measures.catalogue import LISTED, MEASURE_NAMES
+from service.store import events as event_store
+from service.store import gold as gold_store
+from service.store import pages as page_store
+from service.store.engine import session_scope
+from service.store.pages import UNCLASSIFIED
+from service.ui import views
+from service.ui.api import labelled_miss
+from service.ui.filters import WINDOWS, EventFilter, parse_filter
 from service.ui.render import MISS_CAUSE_TITLES, render
 
 router = APIRouter(prefix="/ui", include_in_schema=False)

@@ -15,8 +15,8 @@ from service.measures.catalogue import (
 )
 from service.measures.formulas import first_gold_ranks
 from service.store.events import StoredEvent
+from service.store.pages import GroupOverview, JudgeSlice, Overview
 from service.ui.charts import Chart, line_chart
-from service.ui.queries import GroupOverview, JudgeSlice, Overview
 from service.ui.render import highlight, query_terms
 
 

@@ -22,6 +22,7 @@ import yaml
 
 from scripts import sync_chart_files
 from service.api.health import router as health_router
+from service.api.scrape import router as scrape_router
 from service.cli import main as cli
 from service.kernel.settings import Settings
 from tests.paths import REPO_ROOT, shared_data_dir
@@ -284,7 +285,7 @@ def test_prometheus_scrapes_the_api_as_the_job_the_rules_select(compose: dict[st
     )
     assert set(re.findall(r'job="([^"]+)"', rules_text)) == {job["job_name"]}
     assert job["static_configs"] == [{"targets": ["api:8080"]}]
-    assert job.get("metrics_path", "/metrics") in {r.path for r in health_router.routes}  # type: ignore[attr-defined]
+    assert job.get("metrics_path", "/metrics") in {r.path for r in scrape_router.routes}  # type: ignore[attr-defined]
     (alertmanagers,) = config["alerting"]["alertmanagers"]
     assert alertmanagers["static_configs"] == [{"targets": ["alertmanager:9093"]}]
 

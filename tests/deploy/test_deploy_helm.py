@@ -26,6 +26,7 @@ import yaml
 
 from scripts import sync_chart_files
 from service.api.health import router as health_router
+from service.api.scrape import router as scrape_router
 from service.cli import main as cli
 from service.kernel.settings import Settings
 from tests.paths import REPO_ROOT
@@ -368,7 +369,7 @@ def test_service_monitor_scrapes_metrics_under_the_job_the_rules_select(
     monitor = only(rendered["full"], "ServiceMonitor")
     service = only(rendered["full"], "Service")
     (endpoint,) = monitor["spec"]["endpoints"]
-    assert endpoint["path"] in {r.path for r in health_router.routes}  # type: ignore[attr-defined]
+    assert endpoint["path"] in {r.path for r in scrape_router.routes}  # type: ignore[attr-defined]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert (
         monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
-from service.api.keys import CACHE_SECONDS, key_hash
+from service.auth.keys import CACHE_SECONDS, key_hash
 from service.kernel.settings import Settings
 from service.store.migrate import upgrade
 from tests.conftest import make_settings, settings_env

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
-from service.api.state import AppState
+from service.http.state import AppState
 from service.ingest.group_commit import GroupCommitter, NotStoredError, Store
 from service.ingest.ingestor import Ingestor
 from service.ingest.judge_queue import JudgeQueue

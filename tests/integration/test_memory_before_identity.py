@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.api.keys import key_hash, new_key
+from service.auth.keys import key_hash, new_key
 from service.kernel.clock import utcnow
 from service.process.embedded import free_port
 from service.store import keys as keys_repository

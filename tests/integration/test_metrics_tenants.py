@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
-from service.api.keys import key_hash, new_key
-from service.api.scrape_token import ScrapeTokenError
+from service.auth.keys import key_hash, new_key
+from service.auth.scrape_token import ScrapeTokenError
 from service.kernel.clock import utcnow
 from service.kernel.settings import Settings
 from service.store import keys as keys_repository

@@ -17,9 +17,9 @@ from fastapi.testclient import TestClient
 from service.kernel.settings import Settings
 from service.store import events as event_store
 from service.store import gold as gold_store
+from service.store import pages as page_store
 from service.store.engine import make_engine, session_scope
 from service.store.models import GoldOutcome
-from service.ui import queries as page_store
 from service.ui.filters import parse_filter
 from tests.conftest import make_settings
 from tests.helpers import bearer, make_event, make_key, ui_app

@@ -195,7 +195,7 @@ def test_the_body_limit_applies(tmp_path: Path, sqlite_url: str, redis_url: str)
 
 
 def test_the_api_key_decides_the_tenant(tmp_path: Path, sqlite_url: str, redis_url: str) -> None:
-    from service.api.keys import key_hash, new_key
+    from service.auth.keys import key_hash, new_key
     from service.kernel.clock import utcnow
     from service.store import keys as keys_repository
     from service.store.engine import get_engine, session_scope

@@ -28,7 +28,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 
-from service.api.keys import key_hash, new_key
+from service.auth.keys import key_hash, new_key
 from service.process.embedded import free_port
 from service.store.engine import session_scope
 from service.store.keys import add_key

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from service.api.app import create_app
-from service.api.keys import (
+from service.auth.keys import (
     CACHE_SECONDS,
     EPOCH_CHECK_SECONDS,
     KeyStore,

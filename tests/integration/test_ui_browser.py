@@ -23,8 +23,8 @@ import httpx
 import pytest
 import uvicorn
 
-from service.api.keys import key_hash, new_key
-from service.api.sessions import COOKIE_NAME
+from service.auth.keys import key_hash, new_key
+from service.auth.sessions import COOKIE_NAME
 from service.kernel.settings import Settings
 from service.process.embedded import free_port
 from service.replay.beir import load_beir

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from service.store.pages import bucket_seconds
 from service.ui.charts import line_chart
-from service.ui.filters import bucket_seconds, parse_filter
+from service.ui.filters import parse_filter
 from service.ui.render import highlight, query_terms
 
 

@@ -8,17 +8,17 @@ from __future__ import annotations
 from fastapi import HTTPException, Request, status
 from starlette.concurrency import run_in_threadpool
 
-from service.api.auth_gate import PRINCIPAL_STATE, key_from_headers
-from service.api.keys import ANONYMOUS, Principal
-from service.api.scrape_token import is_scrape_token
-from service.api.state import AppState, app_state
+from service.auth.gate import PRINCIPAL_STATE, key_from_headers
+from service.auth.keys import ANONYMOUS, Principal
+from service.auth.parts import AuthParts
+from service.auth.scrape_token import is_scrape_token
 
 
 def presented_key(request: Request) -> str | None:
     return key_from_headers(request.headers)
 
 
-def current_principal(request: Request, state: AppState) -> Principal:
+def current_principal(request: Request, state: AuthParts) -> Principal:
     if not state.runtime.settings.auth_required:
         return ANONYMOUS
     key = presented_key(request)
@@ -38,10 +38,9 @@ def current_principal(request: Request, state: AppState) -> Principal:
     return principal
 
 
-def operations_access(request: Request) -> None:
+def operations_access(request: Request, state: AuthParts) -> None:
     """/metrics: an admin key, or the scrape token (RM_METRICS_TOKEN_FILE), is needed when keys
     are required (or RM_METRICS_AUTH says so)."""
-    state = app_state(request)
     if not state.runtime.settings.metrics_need_key:
         return
     key = presented_key(request)
@@ -56,11 +55,10 @@ def operations_access(request: Request) -> None:
         )
 
 
-async def caller_principal(request: Request) -> Principal:
-    """``current_principal`` as the routes' dependency: with no key required it answers in the
+async def caller_principal(request: Request, state: AuthParts) -> Principal:
+    """``current_principal`` for the routes' dependency: with no key required it answers in the
     event loop (no thread-pool hop); a key lookup, which may query the database, goes to the
     thread pool."""
-    state = app_state(request)
     if not state.runtime.settings.auth_required:
         return ANONYMOUS
     checked: Principal | None = getattr(request.state, PRINCIPAL_STATE, None)

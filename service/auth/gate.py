@@ -19,8 +19,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.keys import KeyStore, Principal
-from service.api.sessions import COOKIE_NAME, SessionStore
+from service.auth.keys import KeyStore, Principal
+from service.auth.sessions import COOKIE_NAME, SessionStore
 from service.ingest.otlp.responses import MEDIA_TYPES, request_encoding, status_body
 
 PRINCIPAL_STATE = "principal"

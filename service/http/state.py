@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 from fastapi import Request
 
 from service.analysis.gauges import CachedAgreementGauges, CachedCalibrationGauges
-from service.api.keys import KeyStore
-from service.api.scrape_token import read_scrape_token
-from service.api.sessions import SessionStore
+from service.auth.keys import KeyStore
+from service.auth.scrape_token import read_scrape_token
+from service.auth.sessions import SessionStore
 from service.ingest.admission import Admission
 from service.ingest.backpressure import Backpressure
 from service.ingest.group_commit import GroupCommitter
@@ -19,7 +20,6 @@ from service.ingest.judge_queue import JudgeQueue
 from service.spend.budget import BudgetGauges
 from service.telemetry.exporter import MetricsPage, PipelineGauges
 from service.telemetry.pipeline import read_pipeline_state
-from service.telemetry.rebuild import rebuild_if_lost
 from service.wiring.runtime import Runtime
 
 
@@ -35,7 +35,10 @@ class AppState:
     scrape_token: str | None = None  # accepted on /metrics only (RM_METRICS_TOKEN_FILE)
 
     @classmethod
-    def build(cls, runtime: Runtime) -> AppState:
+    def build(
+        cls, runtime: Runtime, before_scrape: Callable[[Runtime, Ingestor], None]
+    ) -> AppState:
+        """The parts of one app; ``before_scrape`` is what ``/metrics`` does before it renders."""
         judge_queue = JudgeQueue(
             runtime.settings.redis_url,
             runtime.settings.queue_name,
@@ -70,13 +73,6 @@ class AppState:
             sessions=SessionStore(runtime.redis),
             scrape_token=read_scrape_token(runtime.settings.metrics_token_file),
         )
-
-
-def before_scrape(runtime: Runtime, ingestor: Ingestor) -> None:
-    """What a scrape needs first: this process's pending duplicate ratios exported (so an
-    event accepted before the scrape is in it), and the aggregates rebuilt if Redis lost them."""
-    ingestor.before_scrape()
-    rebuild_if_lost(runtime)
 
 
 def app_state(request: Request) -> AppState:

@@ -1,5 +1,8 @@
-"""The pages' database queries: the overview's series, the filtered event list, gold misses and
-their recorded causes.
+"""The web pages' database reads: the overview's series, the filtered event list, gold misses and
+their recorded causes (and recording one).
+
+A page asks through its filters; what a read needs of them is named structurally here
+(``PageWindow``, ``EventSelection``), so the store names nothing of the pages.
 
 A gold miss is an event with gold passage ids none of which is among its top k passages; that is
 decided from the stored passages alone, so it needs no judge and shows even while judging is
@@ -15,14 +18,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import (
-    JSON,
     Boolean,
-    Float,
-    Integer,
-    Text,
     and_,
     case,
     cast,
@@ -34,7 +33,6 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session, col
@@ -42,6 +40,13 @@ from sqlmodel import Session, col
 from service.kernel.clock import as_utc
 from service.measures.catalogue import MEASURE_NAMES, NARROW_LEAD, WIDE_LEAD
 from service.store import gold as gold_store
+from service.store.dialect import (
+    bucket_index,
+    dialect_of,
+    json_length_above_zero,
+    json_strings,
+    upsert,
+)
 from service.store.models import (
     Event,
     EventStatus,
@@ -50,13 +55,71 @@ from service.store.models import (
     MissCauseKind,
     Passage,
     Score,
-    table,
 )
-from service.ui.filters import PAGE_SIZE, UNCLASSIFIED, EventFilter, TimeWindow, bucket_seconds
+
+UNCLASSIFIED = "unclassified"
+"""The cause a gold miss has until somebody records one."""
+PAGE_SIZE = 50
 
 
-def _dialect(session: Session) -> str:
-    return session.get_bind().dialect.name
+class PageWindow(Protocol):
+    """Events received in [since, until); None leaves that side open."""
+
+    @property
+    def since(self) -> datetime | None: ...
+
+    @property
+    def until(self) -> datetime | None: ...
+
+
+class EventSelection(Protocol):
+    """Which events a list shows: the window, the labels, a measure below a threshold, the
+    outcome, gold or not, the recorded cause (a MissCauseKind value or ``UNCLASSIFIED``) and the
+    page."""
+
+    @property
+    def window(self) -> PageWindow: ...
+
+    @property
+    def app(self) -> str | None: ...
+
+    @property
+    def retriever(self) -> str | None: ...
+
+    @property
+    def measure(self) -> str | None: ...
+
+    @property
+    def below(self) -> float | None: ...
+
+    @property
+    def outcome(self) -> str | None: ...
+
+    @property
+    def gold(self) -> bool | None: ...
+
+    @property
+    def cause(self) -> str | None: ...
+
+    @property
+    def page(self) -> int: ...
+
+
+# Bucket widths a chart may use, in seconds: round numbers a reader can take in at a glance.
+_BUCKET_LADDER: tuple[int, ...] = (
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
+    86400, 172800, 604800,
+)  # fmt: skip
+CHART_POINTS = 30
+
+
+def bucket_seconds(first: datetime, last: datetime, points: int = CHART_POINTS) -> int:
+    """The smallest round bucket width that spreads [first, last] over at most ``points``."""
+    span = max((last - first).total_seconds(), 0.0)
+    for width in _BUCKET_LADDER:
+        if span / width < points:
+            return width
+    return _BUCKET_LADDER[-1]
 
 
 def _gold_query(session: Session) -> str:
@@ -67,60 +130,10 @@ def _gold_query(session: Session) -> str:
     s of a query that runs in 0.1 s (20,000 events, 1,000 labelled). The pages' queries are
     short reads that never gain from it. SET LOCAL ends with the transaction.
     """
-    dialect = _dialect(session)
+    dialect = dialect_of(session)
     if dialect == "postgresql":
         session.execute(text("SET LOCAL jit = off"))
     return dialect
-
-
-# --- dialect-specific pieces ----------------------------------------------------------------------
-
-
-# Escapes that PostgreSQL cannot turn into text (json_array_elements_text fails the whole query
-# on them): a NUL, a high surrogate without its low half, a low one without its high half. A row
-# stored before the storable check may hold them; they are read as U+FFFD, like every other read
-# (service.store.readable). A valid pair is kept.
-_PG_UNTEXTABLE = (
-    r"\\u0000",
-    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})",
-    r"(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}",
-)
-_PG_SUSPECT = r"\\u(0000|[dD][89a-fA-F])"
-
-
-def _pg_textable(document: Any) -> Any:
-    """A JSON column whose strings PostgreSQL can extract as text, whatever an old row holds."""
-    as_text: Any = cast(document, Text)
-    cleaned = as_text
-    for pattern in _PG_UNTEXTABLE:
-        cleaned = func.regexp_replace(cleaned, pattern, r"\\ufffd", "g")
-    # The regular expressions run only on the rare document that holds a suspect escape.
-    return case((as_text.op("~")(_PG_SUSPECT), cast(cleaned, JSON)), else_=document)
-
-
-def _json_length_above_zero(dialect: str, document: Any) -> ColumnElement[bool]:
-    if dialect == "postgresql":
-        # An absent list is stored as JSON null, and json_array_length() rejects a scalar.
-        length = case(
-            (func.json_typeof(document) == "array", func.json_array_length(document)), else_=0
-        )
-        return length > 0
-    return func.coalesce(func.json_array_length(document), 0) > 0
-
-
-def _json_strings(dialect: str, document: Any, name: str, *, checked: bool = False) -> Any:
-    """The strings of a JSON list column, as a table with one ``value`` column. ``checked``: a
-    list column every row of which was written through the storable check (the labels', whose
-    table is newer than the check), which needs no cleaning of old escapes."""
-    if dialect == "postgresql":
-        if checked:
-            return func.json_array_elements_text(document).table_valued("value").alias(name)
-        safe = case(
-            (func.json_typeof(document) == "array", _pg_textable(document)),
-            else_=cast(literal("[]"), JSON),
-        )
-        return func.json_array_elements_text(safe).table_valued("value").alias(name)
-    return func.json_each(document).table_valued("value").alias(name)
 
 
 def _in_prompt(ids: Any) -> ColumnElement[bool]:
@@ -154,8 +167,8 @@ def _labellers_differ(dialect: str) -> ColumnElement[bool]:
     """Two labels of the event with different outcomes, or a passage one marks and the other
     does not (every ordered pair is tried, so an extra passage on either side shows)."""
     one, other = aliased(GoldLabel), aliased(GoldLabel)
-    mine = _json_strings(dialect, col(one.passage_ids), "mine", checked=True)
-    theirs = _json_strings(dialect, col(other.passage_ids), "theirs", checked=True)
+    mine = json_strings(dialect, col(one.passage_ids), "mine", checked=True)
+    theirs = json_strings(dialect, col(other.passage_ids), "theirs", checked=True)
     unmatched = exists(
         select(literal(1))
         .select_from(mine)
@@ -180,14 +193,14 @@ def _label_marks_passages(dialect: str) -> ColumnElement[bool]:
         select(literal(1)).where(
             col(label.event_pk) == col(Event.id),
             col(label.outcome).in_(sorted(gold_store.MARKS_PASSAGES)),
-            _json_length_above_zero(dialect, col(label.passage_ids)),
+            json_length_above_zero(dialect, col(label.passage_ids)),
         )
     )
 
 
 def _label_gold_reached(dialect: str) -> ColumnElement[bool]:
     label = aliased(GoldLabel)
-    ids = _json_strings(dialect, col(label.passage_ids), "label_ids", checked=True)
+    ids = json_strings(dialect, col(label.passage_ids), "label_ids", checked=True)
     return exists(
         select(literal(1)).where(
             col(label.event_pk) == col(Event.id),
@@ -200,7 +213,7 @@ def _label_gold_reached(dialect: str) -> ColumnElement[bool]:
 def _has_gold(dialect: str) -> ColumnElement[bool]:
     """True when the event is a gold question: sent with gold nobody relabelled, or labelled
     with passages by labellers who agree."""
-    sent = _json_length_above_zero(dialect, col(Event.gold_passage_ids))
+    sent = json_length_above_zero(dialect, col(Event.gold_passage_ids))
     agreed = and_(~_labellers_differ(dialect), _label_marks_passages(dialect))
     # CASE, not OR: an event nobody labelled (most) costs one index probe more, never the
     # labels' subqueries.
@@ -210,27 +223,11 @@ def _has_gold(dialect: str) -> ColumnElement[bool]:
 def _gold_reached(dialect: str) -> ColumnElement[bool]:
     """True when a gold passage (as ``_has_gold`` takes it) is among the event's top k; only
     meaningful together with ``_has_gold``, which rules the disagreements out."""
-    sent = _in_prompt(_json_strings(dialect, col(Event.gold_passage_ids), "gold_ids"))
+    sent = _in_prompt(json_strings(dialect, col(Event.gold_passage_ids), "gold_ids"))
     return cast(case((_labelled(), _label_gold_reached(dialect)), else_=sent), Boolean)
 
 
-def _epoch_seconds(dialect: str, moment: Any) -> ColumnElement[float]:
-    if dialect == "postgresql":
-        return cast(func.extract("epoch", moment), Float)
-    # julianday() reads the stored ISO text; 2440587.5 is the Julian day of 1970-01-01.
-    return (func.julianday(moment) - 2440587.5) * 86400.0
-
-
-def _bucket_index(dialect: str, moment: Any, start: datetime, width: int) -> ColumnElement[int]:
-    offset = (_epoch_seconds(dialect, moment) - start.timestamp()) / width
-    # The offset is never negative here, where truncation and floor agree; PostgreSQL's cast
-    # rounds, so it needs floor() (which older SQLite builds lack).
-    if dialect == "postgresql":
-        return cast(func.floor(offset), Integer)
-    return cast(offset, Integer)
-
-
-def _window_conditions(tenant: str, window: TimeWindow) -> list[ColumnElement[bool]]:
+def _window_conditions(tenant: str, window: PageWindow) -> list[ColumnElement[bool]]:
     conditions = [col(Event.tenant) == tenant]
     if window.since is not None:
         conditions.append(col(Event.received_at) >= window.since)
@@ -299,7 +296,7 @@ class Overview:
     last: datetime | None
 
 
-def overview(session: Session, tenant: str, window: TimeWindow) -> Overview:
+def overview(session: Session, tenant: str, window: PageWindow) -> Overview:
     dialect = _gold_query(session)
     where = _window_conditions(tenant, window)
     groups: dict[tuple[str, str], GroupOverview] = {}
@@ -367,7 +364,7 @@ def overview(session: Session, tenant: str, window: TimeWindow) -> Overview:
 
     width = bucket_seconds(first, last)
     start = datetime.fromtimestamp(math.floor(first.timestamp() / width) * width, UTC)
-    bucket = _bucket_index(dialect, col(Event.received_at), start, width).label("bucket")
+    bucket = bucket_index(dialect, col(Event.received_at), start, width).label("bucket")
     rows = session.execute(
         select(
             col(Event.app),
@@ -441,7 +438,9 @@ class EventPage:
     pages: int
 
 
-def _filter_conditions(dialect: str, tenant: str, chosen: EventFilter) -> list[ColumnElement[bool]]:
+def _filter_conditions(
+    dialect: str, tenant: str, chosen: EventSelection
+) -> list[ColumnElement[bool]]:
     conditions = _window_conditions(tenant, chosen.window)
     if chosen.app:
         conditions.append(col(Event.app) == chosen.app)
@@ -487,7 +486,7 @@ def _scored_events() -> Any:
 def list_events(
     session: Session,
     tenant: str,
-    chosen: EventFilter,
+    chosen: EventSelection,
     *,
     misses_only: bool = False,
     page_size: int = PAGE_SIZE,
@@ -550,7 +549,7 @@ class LabelChoices:
     retrievers: list[str]
 
 
-def label_choices(session: Session, tenant: str, window: TimeWindow) -> LabelChoices:
+def label_choices(session: Session, tenant: str, window: PageWindow) -> LabelChoices:
     rows = session.execute(
         select(col(Event.app), col(Event.retriever))
         .where(*_window_conditions(tenant, window))
@@ -574,7 +573,7 @@ class CauseCounts:
         return self.misses - self.by_cause.get(UNCLASSIFIED, 0)
 
 
-def cause_counts(session: Session, tenant: str, chosen: EventFilter) -> CauseCounts:
+def cause_counts(session: Session, tenant: str, chosen: EventSelection) -> CauseCounts:
     dialect = _gold_query(session)
     has_gold = _has_gold(dialect)
     conditions = _window_conditions(tenant, chosen.window)
@@ -618,23 +617,12 @@ def record_cause(
 ) -> MissCause:
     """Store the event's cause, replacing the one recorded before. The caller commits."""
     values = {"event_pk": event_pk, "cause": cause.value, "note": note, "recorded_at": now}
-    target = table(MissCause)
-    statement: Any
-    if _dialect(session) == "postgresql":
-        statement = postgresql.insert(target).values(values)
-    else:
-        statement = sqlite.insert(target).values(values)
-    session.execute(
-        statement.on_conflict_do_update(
-            index_elements=["event_pk"],
-            set_={"cause": cause.value, "note": note, "recorded_at": now},
-        )
-    )
+    upsert(session, MissCause, values, key=["event_pk"])
     return MissCause(event_pk=event_pk, cause=cause.value, note=note, recorded_at=now)
 
 
 def next_unclassified_miss(
-    session: Session, tenant: str, chosen: EventFilter, after_pk: int
+    session: Session, tenant: str, chosen: EventSelection, after_pk: int
 ) -> str | None:
     """The newest unclassified gold miss of the filter but ``after_pk``: the one to read next."""
     dialect = _gold_query(session)

@@ -1,7 +1,7 @@
 """Who is reading the pages: the API's key check, plus a cookie a browser can carry.
 
 A browser cannot add an Authorization header to a page navigation, so the login form opens a
-session (``service.api.sessions``: a random token with an expiry, never the key itself) kept in an
+session (``service.auth.sessions``: a random token with an expiry, never the key itself) kept in an
 HttpOnly, SameSite=Strict cookie, and ``ui_principal`` accepts it beside the API's two headers.
 Logging out ends the session on the server. Changes made with the cookie (recording a miss
 cause) also need the ``X-Requested-By`` header: a cross-site form cannot set it, and a
@@ -15,10 +15,10 @@ from urllib.parse import quote, urlsplit
 
 from fastapi import HTTPException, Request, status
 
-from service.api.auth_gate import check_credential
-from service.api.keys import ANONYMOUS, Principal
-from service.api.sessions import SESSION_SECONDS
-from service.api.state import AppState, app_state
+from service.auth.gate import check_credential
+from service.auth.keys import ANONYMOUS, Principal
+from service.auth.parts import AuthParts
+from service.auth.sessions import SESSION_SECONDS
 
 COOKIE_MAX_AGE_SECONDS = SESSION_SECONDS
 UI_HEADER = "x-requested-by"
@@ -41,7 +41,7 @@ def cross_site(request: Request) -> bool:
     return urlsplit(origin).netloc != request.headers.get("host", "")
 
 
-def _resolve(request: Request, state: AppState) -> Principal | None:
+def _resolve(request: Request, state: AuthParts) -> Principal | None:
     """The caller, or None when no usable key came (the caller decides how to say so)."""
     if request.method not in SAFE_METHODS and cross_site(request):
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail="cross-site request refused")
@@ -63,9 +63,9 @@ def _resolve(request: Request, state: AppState) -> Principal | None:
     return principal
 
 
-def ui_principal(request: Request) -> Principal:
+def ui_principal(request: Request, state: AuthParts) -> Principal:
     """The tenant of an API call: a key in a header, or the login cookie of the pages."""
-    principal = _resolve(request, app_state(request))
+    principal = _resolve(request, state)
     if principal is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
@@ -76,9 +76,9 @@ def ui_principal(request: Request) -> Principal:
     return principal
 
 
-def page_principal(request: Request) -> Principal:
+def page_principal(request: Request, state: AuthParts) -> Principal:
     """The tenant of a page; without a valid key the browser is sent to the login form."""
-    principal = _resolve(request, app_state(request))
+    principal = _resolve(request, state)
     if principal is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise HTTPException(
