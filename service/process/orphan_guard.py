@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -71,6 +72,22 @@ def exit_with_parent(parent: int, grace_seconds: float = GRACE_SECONDS * 3) -> t
     thread = threading.Thread(target=watch_parent, name="exit-with-parent", daemon=True)
     thread.start()
     return thread
+
+
+def start_guard(children: Sequence[int]) -> subprocess.Popen[bytes] | None:
+    """Start the guard over ``children`` of this process (None when there are none): it outlives
+    this process only to stop them."""
+    if not children:
+        return None
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "service.process.orphan_guard",
+            str(os.getpid()),
+            *map(str, children),
+        ]
+    )
 
 
 def main(argv: Sequence[str]) -> int:

@@ -49,8 +49,8 @@ JUDGED = "retrieval_monitor_events_judged"
 
 
 def start_worker(env: dict[str, str], processes: int) -> subprocess.Popen[bytes]:
-    from service.cli.main import worker_command
     from service.kernel.settings import Settings
+    from service.process.worker import worker_command
 
     settings = Settings(redis_url=env["RM_REDIS_URL"], queue_name=env["RM_QUEUE_NAME"])
     return subprocess.Popen(

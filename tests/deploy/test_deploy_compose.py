@@ -25,6 +25,7 @@ from service.api.health import router as health_router
 from service.api.scrape import router as scrape_router
 from service.cli import main as cli
 from service.kernel.settings import Settings
+from service.process.exposure import open_remote_refusal
 from tests.paths import REPO_ROOT, shared_data_dir
 
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
@@ -399,8 +400,8 @@ def test_the_api_comes_up_with_keys_required(compose: dict[str, Any]) -> None:
     assert re.fullmatch(r"\$\{RM_AUTH_REQUIRED:-true\}", environment["RM_AUTH_REQUIRED"])
     api = cli.build_parser().parse_args(services(compose)["api"]["command"])
     settings = Settings.model_validate({"host": api.host, "auth_required": True})
-    assert cli.open_remote_refusal(settings) is None
-    assert cli.open_remote_refusal(settings.model_copy(update={"auth_required": False}))
+    assert open_remote_refusal(settings) is None
+    assert open_remote_refusal(settings.model_copy(update={"auth_required": False}))
 
 
 def test_metrics_need_a_credential_and_prometheus_presents_one(compose: dict[str, Any]) -> None:

@@ -27,8 +27,8 @@ import yaml
 from scripts import sync_chart_files
 from service.api.health import router as health_router
 from service.api.scrape import router as scrape_router
-from service.cli import main as cli
 from service.kernel.settings import Settings
+from service.process.worker import worker_command
 from tests.paths import REPO_ROOT
 
 CHART = REPO_ROOT / "helm" / "retrieval-monitor"
@@ -414,7 +414,7 @@ def test_worker_and_scheduler_probes_check_the_real_process(
     folder, pattern = check[1], check[check.index("-name") + 1]
     assert folder == DATA_DIR
     # The schedule file the CLI gives celery beat, under the same data folder.
-    command = cli.worker_command(1, True, Settings(data_dir=str(tmp_path)))
+    command = worker_command(1, True, Settings(data_dir=str(tmp_path)))
     schedule = Path(command[command.index("--schedule") + 1])
     assert schedule.parent == tmp_path
     assert fnmatch.fnmatch(schedule.name, pattern)

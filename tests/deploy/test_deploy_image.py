@@ -360,7 +360,21 @@ def test_the_context_builds_the_package_with_its_migrations_and_the_client(
         names = set(archive.namelist())
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         assert "retrieval-monitor = service.cli.main:main" in archive.read(entry_points).decode()
-    assert not [n for n in names if n.startswith("retrieval_monitor_client/")]
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
+    # The server's wheel carries the client it sends through, so it installs alone: no
+    # requirement on the client distribution, and none that points at a path of the checkout.
+    assert client_files <= names
+    requirements = [
+        line.removeprefix("Requires-Dist:").strip()
+        for line in metadata.decode().splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
+    assert requirements
+    assert not [r for r in requirements if "@" in r or r.startswith("retrieval-monitor-client")]
+    # ... and the client's own dependencies come with the server's.
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    client = tomllib.loads((REPO_ROOT / "client" / "pyproject.toml").read_text())["project"]
+    assert set(client["dependencies"]) <= set(project["dependencies"])
     migrations = {
         p.relative_to(REPO_ROOT).as_posix()
         for p in (REPO_ROOT / "service" / "store" / "migrations").rglob("*.py")

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from service.cli.gold import add_gold_command
 from service.kernel.hashing import text_hash
 from service.kernel.settings import Settings
 from service.replay.beir import load_beir
-from service.replay.gold_export import add_gold_command
 from service.replay.replay import ReplayConfig, run_replay
 from service.store import events as event_store
 from tests.conftest import LiveServer, make_settings

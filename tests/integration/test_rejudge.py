@@ -11,9 +11,10 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, col, func, select
 
 from service.api.app import create_app
+from service.cli.main import build_parser
 from service.kernel.clock import utcnow
-from service.kernel.settings import Settings
-from service.replay.rejudge import Rejudge, RejudgePlan, main
+from service.kernel.settings import Settings, get_settings
+from service.replay.rejudge import Rejudge, RejudgePlan
 from service.spend.budget import Budget, Reservation
 from service.store.models import Event, Score
 from service.wiring.runtime import Runtime
@@ -154,7 +155,8 @@ def score_row(event: Event, judge: str, prompt_version: str) -> Score:
 
 
 def test_the_command_needs_something_to_change(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["rejudge", "--since", "1h"]) == 2
+    args = build_parser().parse_args(["rejudge", "--since", "1h"])
+    assert args.handler(args, get_settings()) == 2
     assert "--judge-model" in capsys.readouterr().err
 
 

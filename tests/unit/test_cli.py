@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.cli.main import build_parser, cmd_serve
+from service.cli.main import build_parser
+from service.cli.serve import cmd_serve
 from service.kernel.settings import Settings
 
 

@@ -1,0 +1,75 @@
+"""``retrieval-monitor gold export``: a window's gold set written as a BEIR dataset
+(``service.replay.gold_export``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sqlalchemy.exc import OperationalError, ProgrammingError
+
+from service.analysis.window import TIME_HELP, resolve_window
+from service.kernel.clock import utcnow
+from service.kernel.settings import Settings
+from service.replay.gold_export import export_gold
+from service.store.analysis import EventWindow
+from service.store.engine import get_engine, session_scope
+
+
+def add_gold_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    gold = sub.add_parser("gold", help="the gold set labelled in the tool")
+    actions = gold.add_subparsers(dest="gold_command", required=True, metavar="ACTION")
+    export = actions.add_parser(
+        "export",
+        help="write a window's gold set as a BEIR dataset (corpus, queries, qrels)",
+        description="Write the gold questions of a window (gold sent with events, and gold "
+        "marked in the tool that the labellers agree on) as a BEIR dataset that "
+        "`retrieval-monitor replay --dataset DIR --gold` replays through another retriever.",
+    )
+    export.add_argument("--out", required=True, type=Path, help="folder to write")
+    export.add_argument("--since", default="30d", help=f"window start (default 30d). {TIME_HELP}")
+    export.add_argument("--until", default=None, help=f"window end (default now). {TIME_HELP}")
+    export.add_argument("--app", help="only events of this app")
+    export.add_argument("--retriever", help="only events of this retriever")
+    export.add_argument("--tenant", default="default", help="whose events (default: default)")
+    export.set_defaults(handler=cmd_gold_export)
+
+
+def cmd_gold_export(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        since, until = resolve_window(args.since, args.until, utcnow())
+    except ValueError as exc:
+        print(f"retrieval-monitor gold export: {exc}", file=sys.stderr)
+        return 2
+    window = EventWindow(
+        since=since, until=until, app=args.app, retriever=args.retriever, tenant=args.tenant
+    )
+    try:
+        with session_scope(get_engine(settings.database_url)) as session:
+            summary = export_gold(session, window, args.out)
+    except (OperationalError, ProgrammingError) as exc:
+        print(
+            f"retrieval-monitor gold export: cannot read the database ({exc.orig}); "
+            "is RM_DATABASE_URL right, and has `retrieval-monitor migrate` run?",
+            file=sys.stderr,
+        )
+        return 1
+    except OSError as exc:
+        print(f"retrieval-monitor gold export: cannot write {args.out}: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"{summary.queries} queries, {summary.documents} passages, {summary.qrels} qrels "
+        f"written to {args.out}"
+        + (
+            f"; {summary.gold_without_text} gold passages have no text (in the qrels only)"
+            if summary.gold_without_text
+            else ""
+        )
+        + (
+            f"; {summary.texts_not_kept} passages left out: their text is no longer kept"
+            if summary.texts_not_kept
+            else ""
+        )
+    )
+    return 0
