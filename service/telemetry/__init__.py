@@ -1,5 +1,5 @@
 """What Prometheus reads: the metric families, the shared aggregates in Redis, the text
-exposition of ``/metrics``, what one scored event exports, and the rebuild from the database.
+exposition of ``/metrics``, what a judged event exports, and the rebuild from the database.
 
 May import: ``service.kernel``, ``service.store`` and ``service.measures``; what it needs of a
 process it names structurally (``parts``).

@@ -342,9 +342,6 @@ class Aggregates:
             self.add(extra)
         return applied
 
-    def is_done(self, done_key: str) -> bool:
-        return bool(self.redis.exists(DONE_PREFIX + done_key))
-
     def read(self) -> dict[tuple[str, tuple[str, ...], str], float]:
         raw = self.redis.hgetall(HASH_KEY)
         out: dict[tuple[str, tuple[str, ...], str], float] = {}

@@ -29,7 +29,7 @@ shared judge and carry no tenant):
 - retrieval_monitor_judge_cache_hits_total [judge]
 - retrieval_monitor_judge_cache_lookups_total [tenant, judge, cache, result]  (cache: label,
   context, vector; result: hit, miss): what the label cache, the context ratings it holds and
-  the local judge's shared passage vectors answered (``workers.cache_figures``)
+  the local judge's shared passage vectors answered (``judged_export``)
 - retrieval_monitor_judge_calls_saved_total [tenant, judge],
   retrieval_monitor_judge_tokens_saved_total [tenant, judge]: judge calls and (estimated)
   prompt tokens the label cache saved; beside judge_app_calls and judge_app_tokens they give

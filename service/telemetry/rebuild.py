@@ -17,8 +17,8 @@ from service.store import events as event_store
 from service.store import judging as judging_store
 from service.store.engine import session_scope
 from service.telemetry.aggregates import Delta
+from service.telemetry.judged_export import ExportLabels, done_key, score_delta
 from service.telemetry.parts import ProcessParts
-from service.telemetry.score_export import ExportLabels, done_key, score_delta
 
 log = logging.getLogger(__name__)
 PAGE = 2_000

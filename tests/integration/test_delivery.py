@@ -260,7 +260,7 @@ def test_the_export_marker_is_what_stops_a_second_count(
 ) -> None:
     """The control for the test above: without its marker, a redelivery counts the event again."""
     from service.telemetry.aggregates import DONE_PREFIX
-    from service.telemetry.score_export import done_key
+    from service.telemetry.judged_export import done_key
     from workers import judging
     from workers.judge import make_judge
 

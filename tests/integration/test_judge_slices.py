@@ -31,6 +31,8 @@ from tests.fake_llm.fixture import FakeLLM
 from workers import judging
 from workers.judge import make_judge
 from workers.judge.base import Judge
+from workers.plan import EventWork, context_cache_key
+from workers.record import judging_result
 
 TEXTS = ("Homer wrote the Iliad.", "Troy was in Anatolia.", "Bread needs yeast.")
 
@@ -180,9 +182,7 @@ def test_a_score_stored_concurrently_stands_and_the_rest_of_the_slice_is_stored(
     judge = make_judge(settings, runtime.redis)
     with session_scope(runtime.engine) as session:
         taken = load_many_for_judging(session, pks[:1])[0]
-    theirs = judging._judging_result(
-        runtime, judging._Work(taken, "q", judging.context_cache_key(taken))
-    )
+    theirs = judging_result(runtime.settings, EventWork(taken, "q", context_cache_key(taken)))
     blocked = threading.Event()
 
     with session_scope(runtime.engine) as other:

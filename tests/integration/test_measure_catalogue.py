@@ -20,8 +20,8 @@ from service.measures import catalogue
 from service.measures.catalogue import BY_NAME, EXTRA_KEYS, MEASURE_NAMES, MEASURES
 from service.measures.formulas import EventLabels, compute_batch, compute_measures
 from service.store.models import Score
+from service.telemetry.judged_export import ExportLabels, score_delta
 from service.telemetry.metrics import FAMILIES, MEASURE_BUCKETS
-from service.telemetry.score_export import ExportLabels, score_delta
 from service.ui import render
 
 # Columns of a score that are not measures: which event, which judge, when.

@@ -3,6 +3,13 @@
 ``auto`` takes onnxruntime's int8 encoder when ``onnx`` and ``onnxruntime`` are installed and the
 numpy one otherwise. It is decided from what is installed, before any model is loaded, because the
 choice is part of the labels' identity (``workers.judge.local.local_prompt_version``).
+
+The two packages are the package's ``onnx`` extra, not a hard dependency, so that ``auto`` has
+somewhere to fall back to: an install without them (``pip install retrieval-monitor``) judges with
+numpy alone, at float32's labels. The numpy encoder stays a backend rather than a test-only
+oracle because it is both: the encoder the default thresholds were fitted with, and the reference
+the ONNX graph is checked against (``tests/unit/workers/judge/test_onnx_encoder.py``), which runs
+the same token batches through both. The image and ``scripts/bootstrap.sh`` install the extra.
 """
 
 from __future__ import annotations

@@ -270,28 +270,3 @@ def _enum_value(value: object, allowed: Sequence[int]) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return value if value in allowed else None
-
-
-def prompt_fingerprint() -> str:
-    """A digest of everything that shapes the judge's answer, pinned to PROMPT_VERSION in tests.
-
-    It renders sample requests (with and without the context rating, one and two passages,
-    shuffled and not) in every output mode, so an edit to any text, the schema, a response
-    format, the shuffle or a variant name changes it.
-    """
-    samples = [
-        JudgeRequest(query="Q", passages=("P",), rate_context=False, top_k_count=0),
-        JudgeRequest(query="Q", passages=("P1", "P2", "P3"), rate_context=True, top_k_count=2),
-    ]
-    rendered: list[Any] = [
-        PROMPT_VERSION,
-        prompt_version(per_passage=True),
-        prompt_version(shuffle=True),
-    ]
-    for request in samples:
-        shown = reordered(request, presentation_order(request))
-        for asked in (request, shown):
-            rendered.append([system_message(asked), user_message(asked)])
-            rendered.extend(response_format(asked, mode) for mode in OUTPUT_MODES)
-    material = json.dumps(rendered, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(material.encode()).hexdigest()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -14,7 +15,6 @@ from workers.judge.prompt import (
     MalformedReplyError,
     parse_reply,
     presentation_order,
-    prompt_fingerprint,
     prompt_version,
     reordered,
     reply_schema,
@@ -32,6 +32,32 @@ PINNED_FINGERPRINTS = {
     "v3": "0ea02b78fd25a002d96290596557814e59b866b2328a039fa1153ef08348d489",
 }
 RETIRED_VERSIONS = {"v1"}
+
+
+def prompt_fingerprint() -> str:
+    """A digest of everything that shapes the judge's answer, pinned to PROMPT_VERSION above.
+
+    It renders sample requests (with and without the context rating, one and two passages,
+    shuffled and not) in every output mode, so an edit to any text, the schema, a response
+    format, the shuffle or a variant name changes it.
+    """
+    samples = [
+        JudgeRequest(query="Q", passages=("P",), rate_context=False, top_k_count=0),
+        JudgeRequest(query="Q", passages=("P1", "P2", "P3"), rate_context=True, top_k_count=2),
+    ]
+    rendered: list[Any] = [
+        prompt.PROMPT_VERSION,
+        prompt_version(per_passage=True),
+        prompt_version(shuffle=True),
+    ]
+    for request in samples:
+        shown = reordered(request, presentation_order(request))
+        for asked in (request, shown):
+            rendered.append([system_message(asked), user_message(asked)])
+            rendered.extend(response_format(asked, mode) for mode in prompt.OUTPUT_MODES)
+    material = json.dumps(rendered, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(material.encode()).hexdigest()
+
 
 REQUEST = JudgeRequest(
     query="who wrote the iliad",

@@ -10,7 +10,7 @@ from service.kernel.hashing import text_hash
 from service.spend.budget import estimate_prompt_tokens
 from service.store.judging import EventForJudging, PassageForJudging
 from service.telemetry.aggregates import Delta
-from workers.cache_figures import CallShape, JudgedEvent, cache_delta
+from service.telemetry.judged_export import CallShape, JudgedEvent, cache_delta
 from workers.judge.base import VectorUse
 
 TEXTS = ("Homer wrote the Iliad.", "Troy was in Anatolia.", "Bread needs yeast.")
@@ -39,7 +39,7 @@ def event(pk: int, tenant: str, texts: tuple[str, ...], k: int) -> EventForJudgi
 def test_per_passage_calls_saved_count_each_passage_and_the_context_call() -> None:
     seen = event(1, "acme", TEXTS, 2)
     # The context rating and two grades were cached: only the third passage is asked.
-    shape = CallShape(per_passage=True, counts_tokens=True, prompt_overhead=50)
+    shape = CallShape(per_passage=True, estimate_tokens=estimate_prompt_tokens, prompt_overhead=50)
     delta = cache_delta(
         "gpt", shape, [JudgedEvent(seen, sent=[2], rate_context=False, label_hits=2)], None
     )
@@ -55,7 +55,7 @@ def test_per_passage_calls_saved_count_each_passage_and_the_context_call() -> No
 def test_a_vector_encoded_for_a_slice_is_a_miss_once_then_a_hit() -> None:
     first, second = event(1, "acme", TEXTS, 2), event(2, "other", TEXTS[:2], 1)
     encoded = frozenset(text_hash(t) for t in TEXTS)
-    shape = CallShape(per_passage=False, counts_tokens=False, prompt_overhead=50)
+    shape = CallShape(per_passage=False, estimate_tokens=None, prompt_overhead=50)
     delta = cache_delta(
         "local",
         shape,
