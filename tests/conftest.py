@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -295,6 +295,29 @@ def wait_for(predicate: object, timeout: float = 60.0, interval: float = 0.2) ->
             return
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def wait_while_progressing(
+    count: Callable[[], int],
+    target: int,
+    stall_seconds: float = 120.0,
+    interval: float = 1.0,
+    limit_seconds: float = 3600.0,
+) -> None:
+    """Wait until ``count()`` reaches ``target``, for as long as it keeps moving: the wait fails
+    once the count has stood still for ``stall_seconds`` (work left behind, not a slow machine),
+    or past ``limit_seconds`` in all."""
+    started = last_move = time.monotonic()
+    last = count()
+    while last < target:
+        time.sleep(interval)
+        now, current = time.monotonic(), count()
+        if current != last:
+            last, last_move = current, now
+        elif now - last_move >= stall_seconds:
+            raise AssertionError(f"stuck at {current} of {target} for {stall_seconds:g}s")
+        if now - started >= limit_seconds:
+            raise AssertionError(f"{current} of {target} after {limit_seconds:g}s")
 
 
 def http_ok(url: str) -> bool:

@@ -7,13 +7,18 @@
 - the sweep goes to the urgent queue, so a backlog in the main queue never holds it back.
 - ``visibility_timeout`` longer than any task: Redis redelivers an unacknowledged task only after
   this long, so it must exceed the slowest judge call with all its retries.
+- a worker survives losing Redis while it holds a task: see ``_connparams_while_attached``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Celery
 from celery.signals import worker_init
+from kombu.transport import redis as redis_transport
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from service.ingest.judge_queue import JUDGE_SLICE_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK
 from service.kernel.queue_names import urgent_queue
@@ -23,6 +28,33 @@ from service.store.db_check import warn_if_statistics_go_stale
 from service.store.engine import make_engine
 
 VISIBILITY_TIMEOUT_SECONDS = 3600
+
+_RedisChannel: Any = redis_transport.Channel
+_connparams: Any = _RedisChannel._connparams
+
+
+def _connparams_while_attached(self: Any, asynchronous: bool = False) -> Any:
+    """The Redis transport's connection parameters, or a broker connection error once the
+    channel's transport is detached from its connection.
+
+    When Redis goes away while the worker holds a task, the consumer detaches the transport of
+    the broken connection and then closes the channel, which hands the held task back; once it
+    has reconnected, the task ends and its acknowledgement goes to that old channel. Both need a
+    Redis client of the detached transport. Reading its parameters would raise AttributeError,
+    which no caller expects and which stops the worker (its scheduler with it: nothing is judged
+    until it is started again). A connection error is what each caller handles as the broker's
+    loss: the channel is dropped, the acknowledgement logged as failed, and the worker goes on
+    with its new connection. The task's event is still pending in the database, so the sweeper
+    sends it again (a task Redis kept is delivered again after the visibility timeout, and finds
+    its event judged).
+    """
+    transport = self.connection
+    if transport is None or transport.client is None:
+        raise RedisConnectionError("the channel's broker connection is closed")
+    return _connparams(self, asynchronous)
+
+
+_RedisChannel._connparams = _connparams_while_attached
 
 
 def make_celery() -> Celery:

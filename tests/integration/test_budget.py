@@ -38,6 +38,10 @@ from tests.integration.test_metrics_tenants import add_key
 ESTIMATE = 100  # tokens reserved per call; the real use is at most this
 LIMIT = 5_000
 NOW = 1_800_000_000.0  # a fixed instant, so a test never straddles an hour
+# The judge serves a call the worker gave up on (its timeout) and counts its tokens, which no
+# reply brings back to the budget: tests comparing the budget with the judge's own count give
+# the calls all the time a loaded machine needs.
+NO_TIMEOUT = 300.0
 
 
 def budget_settings(**extra: object) -> Settings:
@@ -181,6 +185,7 @@ def test_two_worker_processes_share_one_budget(
             "budget_policy": policy,
             "judge_max_tokens": 200,
             "judge_slice_events": 1,  # a task per event, so that both processes get some
+            "judge_timeout_seconds": NO_TIMEOUT,
         }
     )
     fake_llm.reset()
@@ -299,6 +304,7 @@ def test_a_tenant_spending_its_budget_does_not_refuse_another_tenants_same_app(
             "budget_tokens_per_day": limit,
             "budget_policy": "skip",
             "judge_max_tokens": 200,
+            "judge_timeout_seconds": NO_TIMEOUT,
         }
     )
     fake_llm.reset()

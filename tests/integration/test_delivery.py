@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -39,6 +40,31 @@ def counter(redis_url: str, family: str) -> float:
         .items()
         if name == family and part == ""
     )
+
+
+def test_a_channel_of_a_lost_broker_connection_fails_as_a_connection_error(
+    redis_url: str,
+) -> None:
+    """Redis gone while the worker holds a task: the consumer detaches the transport of the
+    broken connection, then closes its channel, which hands the held task back, and later acks
+    the task on that channel. Both meet no connection, and fail as broker connection errors (the
+    consumer's close ignores them, the ack logs them) instead of the AttributeErrors that
+    stopped the worker."""
+    import kombu.connection
+
+    import workers.celery_app  # noqa: F401  (the worker's transport, as the worker loads it)
+
+    broker: Any = kombu.connection.Connection
+    connection = broker(redis_url)
+    lost = connection.connection_errors
+    channel = connection.default_channel
+    channel.qos._delivered["held"] = object()  # a task the worker holds, not yet acknowledged
+    connection._do_close_transport()  # what closing the broken connection does first
+    with pytest.raises(lost):  # was AttributeError: 'NoneType' object has no attribute 'hostname'
+        channel.close()
+    channel.connection = None  # the channel once its transport has let it go
+    with pytest.raises(lost):  # was AttributeError: 'NoneType' object has no attribute 'client'
+        channel.qos.ack("held")
 
 
 def test_celery_keeps_a_task_until_it_ran() -> None:

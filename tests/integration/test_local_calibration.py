@@ -293,6 +293,9 @@ def test_a_worker_labels_under_the_applied_calibration_from_then_on(
     with TestClient(create_app(settings)) as client:
 
         def send(event_id: str) -> None:
+            # Each event's own passage texts: an event the worker still judges under the old
+            # version (before its next check) finds no label in the cache, so its labels are
+            # computed, and carry their similarity, whenever the switch happens.
             response = client.post(
                 "/v1/events",
                 json={
@@ -301,8 +304,11 @@ def test_a_worker_labels_under_the_applied_calibration_from_then_on(
                     "retriever": "bm25",
                     "query": "who wrote the iliad",
                     "passages": [
-                        {"id": "a", "text": "Homer is said to have written the Iliad."},
-                        {"id": "b", "text": "Bread needs yeast to rise."},
+                        {
+                            "id": "a",
+                            "text": f"Homer is said to have written the Iliad ({event_id}).",
+                        },
+                        {"id": "b", "text": f"Bread needs yeast to rise ({event_id})."},
                     ],
                     "gold_passage_ids": ["a"],
                 },
