@@ -437,4 +437,3 @@ def test_redis_killed_and_restarted_under_traffic_loses_nothing(
     finally:
         stop.set()
         server.stop()
-
