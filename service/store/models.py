@@ -1,6 +1,6 @@
 """The tables. Each pipeline stage owns one: ingest writes events, passages and passage texts,
 the judge writes judgments, judge runs and the label cache, scoring writes scores. Schema changes
-go through Alembic (``service/store/migrations``); ``tests/integration/test_migrations.py``
+go through Alembic (``service/store/migrations``); ``tests/integration/store/test_migrations.py``
 checks the migrations build this schema.
 """
 

@@ -155,7 +155,7 @@ def _in_prompt(ids: Any) -> ColumnElement[bool]:
 # misses is counted and paged by the database: an event somebody labelled takes its labellers'
 # gold when they all agree (same outcome, same set of passages) and that outcome marks passages;
 # labellers who differ take the event out of the gold set; an event nobody labelled keeps the gold
-# it was sent with. tests/integration/test_misses_labelled.py holds these conditions to
+# it was sent with. tests/integration/ui/test_misses_labelled.py holds these conditions to
 # ``consensus`` on both stores.
 
 

@@ -7,7 +7,7 @@ corpus of abstracts takes about half the space this way. Readers pay one decompr
 distinct text they read.
 
 Migration 0006 writes the same form with its own copy of these rules (a migration must not change
-when this module does); tests/integration/test_passage_store.py reads its output through here.
+when this module does); tests/integration/store/test_passage_store.py reads its output through here.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ A scrape carries tens of thousands of samples, most of them histogram buckets. B
 prometheus_client ``Metric`` sample per bucket and letting ``generate_latest`` escape every label of
 every sample cost most of a scrape; here a series' labels are escaped and joined once, and its
 bucket lines only splice in the ``le`` value. The text is the same, byte for byte, as
-``generate_latest`` writes for the same families (``tests/integration/test_exposition.py`` holds it
+``generate_latest`` writes for the same families
+(``tests/integration/telemetry/test_exposition.py`` holds it
 to that): labels sorted by name, label values escaped (backslash, double quote, newline), HELP
 escaped (backslash, newline), values formatted the way Go formats floats.
 

@@ -173,7 +173,7 @@ def steady_lag(url: str, rate: float, seconds: float, run: str) -> tuple[float, 
 
 
 def measure(args: argparse.Namespace) -> list[Figure]:
-    from tests.fake_llm.fixture import running_fake_llm
+    from tests.support.fake_llm.fixture import running_fake_llm
 
     rates: list[float] = []
     raw: list[float] = []

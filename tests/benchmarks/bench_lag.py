@@ -82,7 +82,7 @@ from tests.benchmarks.common import (
     table,
 )
 from tests.benchmarks.metrics_reader import counter_total, histogram_buckets, quantile
-from tests.processes import descendants, holds_connection_on
+from tests.support.procfs import descendants, holds_connection_on
 
 NUMBER = 11
 SENDERS = 16
@@ -460,7 +460,7 @@ def figures_of(run: Run) -> list[Figure]:
 
 
 def measure(args: argparse.Namespace) -> list[Figure]:
-    from tests.fake_llm.fixture import running_fake_llm
+    from tests.support.fake_llm.fixture import running_fake_llm
 
     stores = ["sqlite"] if args.no_postgres else ["sqlite", "postgres"]
     figures: list[Figure] = []

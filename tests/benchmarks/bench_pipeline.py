@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     args = parser.parse_args(argv)
 
-    from tests.fake_llm.fixture import running_fake_llm
+    from tests.support.fake_llm.fixture import running_fake_llm
 
     figures: dict[str, list[float]] = {"single": [], "batch": [], "judged": []}
     with tempfile.TemporaryDirectory() as tmp, running_fake_llm() as llm:

@@ -33,7 +33,7 @@ from typing import Any
 import redis
 
 from tests.benchmarks.common import REPO, Figure, free_port, median_figure
-from tests.processes import cpu_seconds, descendants
+from tests.support.procfs import cpu_seconds, descendants
 
 STARTED = "Application startup complete."
 

@@ -37,7 +37,7 @@ from service.store.engine import make_engine, session_scope
 from service.store.events import _event_row, insert_events, passage_key, payload_hash
 from service.store.migrate import upgrade
 from tests.benchmarks.common import Figure, postgres_database, table
-from tests.paths import shared_data_dir
+from tests.support.paths import shared_data_dir
 
 INGEST_TABLES = ("events", "passages", "passage_texts")
 GROUP = 50  # events per commit, as a group commit gathers them

@@ -39,7 +39,7 @@ from service.kernel.settings import Settings
 from service.wiring.runtime import Runtime
 from tests.benchmarks.bench_local_judge import synthetic_passages
 from tests.benchmarks.common import REDIS_URL, Figure, median_figure, table
-from tests.retrievals import (
+from tests.support.retrievals import (
     Retrieval,
     bm25_retrievals,
     load_scifact,

@@ -39,10 +39,11 @@ from deploy.config import load
 from service.api.app import create_app
 from service.kernel.settings import Settings
 from service.store.migrate import upgrade
-from tests.conftest import REDIS_URL, WorkerFactory, make_settings
 from tests.deploy.test_dashboards import TEST_VALUES, substitute
 from tests.deploy.test_rules import ALERTMANAGER, require_tool
-from tests.fake_llm.fixture import FakeLLM
+from tests.support.environment import REDIS_URL, make_settings
+from tests.support.fake_llm.fixture import FakeLLM
+from tests.support.live import WorkerFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -22,7 +22,7 @@ from deploy import generate, rules
 from deploy.config import load
 from service.telemetry.metrics import MEASURE_BUCKETS
 from tests.deploy.test_rules import PENDING_METRICS, exported_series, require_tool
-from tests.paths import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 REPO = REPO_ROOT
 DASHBOARD_DIR = REPO / "deploy" / "grafana" / "dashboards"

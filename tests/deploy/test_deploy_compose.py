@@ -26,7 +26,7 @@ from service.api.scrape import router as scrape_router
 from service.cli import main as cli
 from service.kernel.settings import Settings
 from service.process.exposure import open_remote_refusal
-from tests.paths import REPO_ROOT, shared_data_dir
+from tests.support.paths import REPO_ROOT, shared_data_dir
 
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 ENV_EXAMPLE = REPO_ROOT / ".env.example"

@@ -29,7 +29,7 @@ from service.api.health import router as health_router
 from service.api.scrape import router as scrape_router
 from service.kernel.settings import Settings
 from service.process.worker import worker_command
-from tests.paths import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 CHART = REPO_ROOT / "helm" / "retrieval-monitor"
 CI_DIR = CHART / "ci"

@@ -35,10 +35,11 @@ from service.cli import main as cli
 from service.kernel.settings import Settings
 from service.process.embedded import free_port
 from service.store.migrate import upgrade
-from tests.conftest import make_settings, settings_env, wait_for
-from tests.fake_llm.fixture import FakeLLM
-from tests.helpers import make_event
-from tests.paths import REPO_ROOT
+from tests.support.environment import make_settings, settings_env
+from tests.support.fake_llm.fixture import FakeLLM
+from tests.support.helpers import make_event
+from tests.support.live import wait_for
+from tests.support.paths import REPO_ROOT
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 DATA_DIR = "/var/lib/retrieval-monitor"

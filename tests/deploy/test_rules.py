@@ -28,7 +28,7 @@ from service.telemetry.metrics import (
     OLDEST_PENDING_AGE,
     QUEUE_DEPTH,
 )
-from tests.paths import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 REPO = REPO_ROOT
 DEPLOY = REPO / "deploy"

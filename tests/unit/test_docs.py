@@ -10,7 +10,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.paths import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
 PAGES = [README, *sorted((REPO_ROOT / "docs").glob("*.md"))]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.paths import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 SERVICE = ROOT / "service"

@@ -11,7 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from scripts import gen_settings_doc
 from service.kernel.settings import Settings
-from tests.paths import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 
 class Example(BaseSettings):

@@ -11,7 +11,7 @@ import pytrec_eval
 from service.analysis.gold import GoldEvent, analyze_gold
 from service.replay.beir import load_beir
 from service.replay.bm25 import Bm25Index
-from tests.paths import shared_data_dir
+from tests.support.paths import shared_data_dir
 
 K = 5
 DEPTH = 20

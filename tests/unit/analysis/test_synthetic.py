@@ -25,7 +25,7 @@ from service.analysis.dataset import gold_events, judged_traffic, label_pairs
 from service.analysis.gold import GoldEvent, analyze_gold, predicted_accuracy
 from service.measures.formulas import f_measure, ndcg_at, t_measure, t_u_measure
 from service.store.analysis import AnalysisEvent, GoldJudgment
-from tests.paths import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 

@@ -20,7 +20,7 @@ from service.kernel.storable import (
     _plainly_storable,
     check_body,
 )
-from tests.integration.test_storable_input import JSON_VALUE, TEXT, nested
+from tests.support.hostile_values import JSON_VALUE, TEXT, nested
 
 ANY_JSON = st.recursive(
     st.one_of(

@@ -7,7 +7,7 @@ import threading
 import time
 
 from service.kernel.background import BackgroundWorker
-from tests.conftest import wait_for
+from tests.support.live import wait_for
 
 
 class Flushes:

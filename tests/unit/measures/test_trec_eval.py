@@ -35,7 +35,7 @@ from service.measures.formulas import (
     recall_at,
     reciprocal_rank,
 )
-from tests.paths import shared_data_dir
+from tests.support.paths import shared_data_dir
 
 DATA = shared_data_dir() / "trec_eval"
 

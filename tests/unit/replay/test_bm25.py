@@ -9,7 +9,7 @@ import pytest
 
 from service.replay.beir import load_beir
 from service.replay.bm25 import Bm25Index, light_stem, tokenize
-from tests.paths import shared_data_dir
+from tests.support.paths import shared_data_dir
 
 SCIFACT = shared_data_dir() / "scifact"
 

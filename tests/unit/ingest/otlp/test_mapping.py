@@ -19,7 +19,7 @@ from service.ingest.validate import Rejection
 from service.kernel.hashing import text_hash
 from service.kernel.settings import Settings
 from service.store.events import passage_key
-from tests.otlp_bodies import (
+from tests.support.otlp_bodies import (
     DOCS,
     START_NS,
     TRACE_ID,

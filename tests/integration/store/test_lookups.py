@@ -1,0 +1,139 @@
+"""The hot lookups: known event ids at ingest and cached labels at judging.
+
+Each reads exactly the keys asked for, on both stores, and on PostgreSQL probes the unique key
+once per wanted row whether or not the planner has statistics (a server with autovacuum off has
+none, and a scan of every row of the tenant or the judge per statement grows with the table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event, text
+
+from service.kernel.clock import utcnow
+from service.kernel.schemas import EventIn
+from service.store.engine import make_engine, session_scope
+from service.store.events import insert_events, known_payload_hashes
+from service.store.judging import JudgeIdentity, cached_labels_many
+from tests.support.helpers import make_event
+
+WHO = JudgeIdentity(judge="llm", model="m", prompt_version="v3")
+
+
+def fill_labels(engine: Engine, queries: int, passages: int) -> None:
+    """Every (query, passage) pair graded, as after a warm-up: grade = (q + p) % 4."""
+    rows = [
+        {
+            "judge": WHO.judge,
+            "model": WHO.model,
+            "prompt_version": WHO.prompt_version,
+            "query_hash": f"q{q}",
+            "passage_hash": f"p{p}",
+            "grade": (q + p) % 4,
+            "created_at": utcnow(),
+        }
+        for q in range(queries)
+        for p in range(passages)
+    ]
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO label_cache (judge, model, prompt_version, query_hash, passage_hash,"
+                " grade, created_at) VALUES (:judge, :model, :prompt_version, :query_hash,"
+                " :passage_hash, :grade, :created_at)"
+            ),
+            rows,
+        )
+
+
+def test_cached_labels_are_the_pairs_asked_for_not_every_combination(store_url: str) -> None:
+    engine = make_engine(store_url)
+    fill_labels(engine, queries=5, passages=20)
+    wanted = {"q1": {"p2", "p3"}, "q4": {"p3", "p19", "not-graded"}, "unknown": {"p1"}}
+    with session_scope(engine) as session:
+        found = cached_labels_many(session, WHO, wanted)
+        other_judge = cached_labels_many(session, JudgeIdentity("llm", "m", "v2"), wanted)
+    engine.dispose()
+    # q1 x p19 and q4 x p2 exist in the table but were not asked for.
+    assert found == {("q1", "p2"): 3, ("q1", "p3"): 0, ("q4", "p3"): 3, ("q4", "p19"): 3}
+    assert other_judge == {}
+
+
+def test_known_payload_hashes_are_the_tenants_own(store_url: str) -> None:
+    engine = make_engine(store_url)
+    events = [(f"e{i}", EventIn.model_validate(make_event(f"e{i}"))) for i in range(4)]
+    with session_scope(engine) as session:
+        insert_events(session, "t1", events[:3], utcnow())
+        insert_events(session, "t2", events[3:], utcnow())
+        session.commit()
+        known = known_payload_hashes(session, "t1", ["e0", "e2", "e3", "e9", "e0"])
+        assert known_payload_hashes(session, "t1", []) == {}
+    engine.dispose()
+    assert set(known) == {"e0", "e2"}
+    assert all(len(digest) == 64 for digest in known.values())
+
+
+@contextmanager
+def captured_statements(engine: Engine) -> Iterator[list[tuple[str, Any]]]:
+    seen: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+
+
+def plan_of(engine: Engine, run: Callable[[], object], table: str) -> str:
+    """PostgreSQL's plan for the one statement ``run`` sends that reads ``table``."""
+    with captured_statements(engine) as seen:
+        run()
+    statement, parameters = next((s, p) for s, p in seen if f"FROM {table}" in s)
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql("EXPLAIN " + statement, parameters).scalars()
+        return "\n".join(rows)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("statistics", ["none", "analyzed"])
+def test_postgresql_probes_the_unique_keys_with_or_without_statistics(
+    postgres_url: str, statistics: str
+) -> None:
+    engine = make_engine(postgres_url)
+    fill_labels(engine, queries=50, passages=400)
+    events = [(f"e{i}", EventIn.model_validate(make_event(f"e{i}"))) for i in range(3000)]
+    with session_scope(engine) as session:
+        insert_events(session, "t1", events, utcnow())
+        session.commit()
+    with engine.begin() as conn:
+        for table in ("label_cache", "events"):
+            if statistics == "analyzed":
+                conn.execute(text(f"ANALYZE {table}"))
+            else:  # as on a server whose autovacuum never ran
+                conn.execute(
+                    text("DELETE FROM pg_statistic WHERE starelid = CAST(:t AS regclass)"),
+                    {"t": table},
+                )
+    wanted = {f"q{q}": {f"p{p}" for p in range(q, q + 6)} for q in range(16)}
+    with session_scope(engine) as session:
+        labels_plan = plan_of(
+            engine, lambda: cached_labels_many(session, WHO, wanted), "label_cache"
+        )
+        ids_plan = plan_of(
+            engine,
+            lambda: known_payload_hashes(session, "t1", [f"e{i}" for i in range(0, 3000, 15)]),
+            "events",
+        )
+    engine.dispose()
+    for plan, key in ((labels_plan, "label_cache_pkey"), (ids_plan, "uq_events_tenant_event_id")):
+        assert "Nested Loop" in plan, plan
+        assert f"Index Scan using {key}" in plan, plan
+        assert "Seq Scan on" not in plan, plan
+        assert "Bitmap" not in plan, plan
