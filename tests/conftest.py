@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, text
 from service.api.app import create_app
 from service.kernel.settings import Settings
 from service.store.migrate import upgrade
-from tests.support.environment import POSTGRES_ADMIN_URL, REDIS_URL, make_settings
+from tests.support.environment import POSTGRES_ADMIN_URL, REDIS_URL, in_ci, make_settings
 from tests.support.live import (
     FakeJudged,
     WorkerFactory,
@@ -41,10 +41,6 @@ SKIPS_ALLOWED_IN_CI = (
     "set RM_UI_SCREENSHOTS_DIR",  # writes the docs' screenshots when asked to
     "numpy's BLAS is not an OpenBLAS",  # the thread-count check needs OpenBLAS's own API
 )
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -39,11 +39,12 @@ from deploy.config import load
 from service.api.app import create_app
 from service.kernel.settings import Settings
 from service.store.migrate import upgrade
-from tests.deploy.test_dashboards import TEST_VALUES, substitute
-from tests.deploy.test_rules import ALERTMANAGER, require_tool
 from tests.support.environment import REDIS_URL, make_settings
 from tests.support.fake_llm.fixture import FakeLLM
 from tests.support.live import WorkerFactory
+from tests.support.monitoring import TEST_VALUES, substitute
+from tests.support.paths import REPO_ROOT
+from tests.support.tools import require_tool
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -52,6 +53,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 LIVE_REDIS_URL = REDIS_URL.rsplit("/", 1)[0] + "/13"
 
 ALERT = "RetrievalMonitorQualityCollapse"
+ALERTMANAGER = REPO_ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 # Minutes become seconds. The baseline offset must outlast detection: once the collapse reaches
 # the baseline window, the alert resolves by design.
 COMPRESSED: dict[str, Any] = {

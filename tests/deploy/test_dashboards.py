@@ -21,8 +21,9 @@ from deploy import dashboards as boards
 from deploy import generate, rules
 from deploy.config import load
 from service.telemetry.metrics import MEASURE_BUCKETS
-from tests.deploy.test_rules import PENDING_METRICS, exported_series, require_tool
+from tests.support.monitoring import PENDING_METRICS, TEST_VALUES, exported_series, substitute
 from tests.support.paths import REPO_ROOT
+from tests.support.tools import require_tool
 
 REPO = REPO_ROOT
 DASHBOARD_DIR = REPO / "deploy" / "grafana" / "dashboards"
@@ -30,23 +31,6 @@ PROVISIONING = REPO / "deploy" / "grafana" / "provisioning"
 SCHEMA_DIR = Path(__file__).resolve().parent / "grafana_schema"
 CHECKER = SCHEMA_DIR / "node_modules" / ".cache" / "grafana-schema-check" / "check.js"
 RECORDED = re.compile(r"[a-z_]+:retrieval_monitor_[a-z0-9_]+:[a-z0-9_]+")
-
-# What a variable or Grafana macro stands for when the queries are checked or evaluated.
-TEST_VALUES = {
-    "$__rate_interval": "1m",
-    "$tenant": ".*",
-    "$environment": ".*",
-    "$app": ".*",
-    "$retriever": ".*",
-    "$judge": ".*",
-}
-
-
-def substitute(expr: str, values: dict[str, str]) -> str:
-    # Longest names first: $__rate_interval before any shorter name it starts with.
-    for name in sorted(values, key=len, reverse=True):
-        expr = expr.replace(name, values[name])
-    return expr
 
 
 def shipped() -> dict[str, dict[str, Any]]:

@@ -20,15 +20,9 @@ from pydantic import ValidationError
 
 from deploy import generate
 from deploy.config import CONFIG_PATH, load
-from service.analysis.gauges import GAUGES as GOLD_GAUGES
-from service.telemetry.metrics import (
-    BUDGET_REMAINING,
-    EVENTS_PENDING,
-    FAMILIES,
-    OLDEST_PENDING_AGE,
-    QUEUE_DEPTH,
-)
+from tests.support.monitoring import PENDING_METRICS, exported_series
 from tests.support.paths import REPO_ROOT
+from tests.support.tools import require_tool
 
 REPO = REPO_ROOT
 DEPLOY = REPO / "deploy"
@@ -37,36 +31,11 @@ UNIT_TESTS = sorted((DEPLOY / "prometheus" / "tests").glob("*.yml"))
 ALERTMANAGER = DEPLOY / "alertmanager" / "alertmanager.yml"
 RUNBOOK = DEPLOY / "RUNBOOK.md"
 
-# Families the rules read that the service does not export yet: an HTTP status counter. Listed
-# so that a typo elsewhere cannot pass as "pending".
-PENDING_METRICS: frozenset[str] = frozenset()
 REPLICA_AGGREGATION = "max without(instance, pod) ("
-
-
-def require_tool(name: str) -> str:
-    """The tool's path; skip without it, or fail in CI where the test command installs it."""
-    path = shutil.which(name)
-    if path:
-        return path
-    pytest.skip(f"{name} is not installed (scripts/install-test-tools.sh installs it)")
 
 
 def run(*command: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
-
-
-def exported_series() -> set[str]:
-    """Every series name the service exports, from its metric contract."""
-    names = {
-        f.full_name for f in (QUEUE_DEPTH, OLDEST_PENDING_AGE, EVENTS_PENDING, BUDGET_REMAINING)
-    }
-    names.update(gauge.full_name for gauge in GOLD_GAUGES)
-    for family in FAMILIES.values():
-        if family.kind == "counter":
-            names.add(f"{family.full_name}_total")
-        elif family.kind == "histogram":
-            names.update(f"{family.full_name}_{part}" for part in ("bucket", "sum", "count"))
-    return names
 
 
 def rule_list() -> list[dict[str, Any]]:

@@ -43,3 +43,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     env["RM_JUDGE_API_KEY"] = settings.judge_api_key.get_secret_value()
     env["PYTHONPATH"] = str(REPO_ROOT)
     return env
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")

@@ -39,8 +39,8 @@ from service.telemetry.metrics import (
     QUEUE_DEPTH,
     Family,
 )
-from tests.deploy.test_rules import require_tool
 from tests.support.live import LiveServer
+from tests.support.tools import require_tool
 
 # Label values a scrape must carry through intact: the three escaped characters, a trailing
 # backslash, unicode, the empty string.

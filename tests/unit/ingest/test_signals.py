@@ -19,6 +19,7 @@ from service.ingest.signals import (
     shingles,
     words,
 )
+from tests.support.near_duplicates import near_duplicate_passages, reference_near_duplicates
 
 TEXT = "the quick brown fox jumps over the lazy dog near the river bank today"
 
@@ -82,57 +83,13 @@ def test_comparison_is_capped_and_cheap() -> None:
     assert elapsed < 0.5, elapsed
 
 
-def _reference_near_duplicates(texts: list[str], threshold: float) -> int:
-    """The definition itself: every pair, the regex's words, no filter and no cache."""
-    sets = []
-    for text in texts:
-        found = re.findall(r"\w+", text.lower())[:200]
-        grams = {tuple(found[i : i + 3]) for i in range(len(found) - 2)}
-        sets.append(grams if len(found) >= 3 else ({tuple(found)} if found else set()))
-    count = 0
-    for i, current in enumerate(sets):
-        for earlier in sets[:i]:
-            union = len(current | earlier)
-            if (len(current & earlier) / union if union else 1.0) >= threshold:
-                count += 1
-                break
-    return count
-
-
-# Few words, so passages often repeat or nearly repeat each other; one non-ASCII word and
-# punctuation exercise the regex path and the word boundaries.
-_WORDS = st.sampled_from(["alpha", "beta", "gamma", "delta", "Epsilon", "zeta", "café", "x_1"])
-
-
-_SEPARATORS = st.sampled_from([" ", ", ", ". ", "\n", " - ", "'"])
-
-
-@st.composite
-def _passages(draw: st.DrawFn) -> list[str]:
-    base = draw(st.lists(st.tuples(_WORDS, _SEPARATORS), min_size=0, max_size=40))
-    texts = []
-    for _ in range(draw(st.integers(1, 8))):
-        edited = list(base)
-        for _ in range(draw(st.integers(0, 4))):  # a few substitutions, cuts or appends
-            edit = draw(st.integers(0, 2))
-            position = draw(st.integers(0, len(edited)))
-            if edit == 0 and position < len(edited):
-                edited[position] = draw(st.tuples(_WORDS, _SEPARATORS))
-            elif edit == 1:
-                edited = edited[:position]
-            else:
-                edited.append(draw(st.tuples(_WORDS, _SEPARATORS)))
-        texts.append("".join(w + sep for w, sep in edited))
-    return texts
-
-
 @settings(max_examples=300, deadline=None)
-@given(_passages(), st.sampled_from([0.05, 0.3, 0.5, 0.75, 0.9, 0.95, 1.0]))
+@given(near_duplicate_passages(), st.sampled_from([0.05, 0.3, 0.5, 0.75, 0.9, 0.95, 1.0]))
 def test_near_duplicates_match_the_plain_pairwise_definition(
     texts: list[str], threshold: float
 ) -> None:
     # The prefix filter and the cache only skip work: the count is the definition's.
-    assert count_near_duplicates(texts, threshold) == _reference_near_duplicates(texts, threshold)
+    assert count_near_duplicates(texts, threshold) == reference_near_duplicates(texts, threshold)
 
 
 @settings(max_examples=300, deadline=None)

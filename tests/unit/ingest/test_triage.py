@@ -11,14 +11,14 @@ from service.ingest.signals import compute_signals, count_near_duplicates, looks
 from service.ingest.triage import Triage
 from service.kernel.schemas import EventIn
 from service.kernel.settings import Settings
-from tests.unit.ingest.test_signals import _passages, _reference_near_duplicates
+from tests.support.near_duplicates import near_duplicate_passages, reference_near_duplicates
 
 SETTINGS = Settings.model_validate({"database_url": "sqlite://", "redis_url": "redis://unused"})
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    _passages(),
+    near_duplicate_passages(),
     st.sampled_from([0.05, 0.3, 0.5, 0.75, 0.9, 1.0]),
     st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]),
     st.integers(0, 3),
@@ -27,7 +27,7 @@ def test_repeats_enough_is_the_full_count_against_the_bound(
     texts: list[str], threshold: float, bound: float, extra: int
 ) -> None:
     passages = len(texts) + extra  # the compared texts may be fewer than the top k
-    expected = _reference_near_duplicates(texts, threshold) / passages >= bound
+    expected = reference_near_duplicates(texts, threshold) / passages >= bound
     assert repeats_enough(texts, threshold, passages, bound) == expected
 
 
@@ -47,7 +47,7 @@ def _full_decision(event_id: str, event: EventIn) -> bool:
 
 
 @settings(max_examples=300, deadline=None)
-@given(_passages(), st.integers(1, 8), st.booleans())
+@given(near_duplicate_passages(), st.integers(1, 8), st.booleans())
 def test_the_urgent_decision_is_the_full_signals_decision(
     texts: list[str], k: int, gold: bool
 ) -> None:

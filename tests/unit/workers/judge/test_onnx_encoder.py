@@ -19,7 +19,7 @@ import pytest
 from service.kernel.settings import Settings
 from tests.benchmarks.bench_local_judge import synthetic_passages
 from tests.support.paths import shared_data_dir
-from tests.unit.workers.judge.test_embedding import LONG, RELEVANCE_PAIRS, SENTENCES
+from tests.support.sentences import LONG, RELEVANCE_PAIRS, SENTENCES
 from workers.judge.embedding import MiniLMEncoder
 from workers.judge.encoders import onnx_available, resolve_backend
 from workers.judge.local import LocalJudge
