@@ -19,7 +19,8 @@ from service.analysis.runner import (
     run_analysis,
     run_comparison,
 )
-from service.analysis.window import TIME_HELP, parse_moment, preceding, resolve_window
+from service.analysis.window import parse_moment, preceding, resolve_window
+from service.cli.window_options import add_window_options
 from service.kernel.clock import utcnow
 from service.kernel.settings import Settings
 from service.store.analysis import EventWindow
@@ -35,11 +36,7 @@ def add_analyze_command(sub: argparse._SubParsersAction) -> None:  # type: ignor
         "ceiling and conversion on gold traffic, and the judge's agreement with gold labels. "
         "With --compare-retriever or --compare-windows, test whether two sides really differ.",
     )
-    analyze.add_argument("--since", default="7d", help=f"window start (default 7d). {TIME_HELP}")
-    analyze.add_argument("--until", default=None, help=f"window end (default now). {TIME_HELP}")
-    analyze.add_argument("--app", help="only events of this app")
-    analyze.add_argument("--retriever", help="only events of this retriever")
-    analyze.add_argument("--tenant", default="default", help="whose events (default: default)")
+    add_window_options(analyze, default_since="7d")
     analyze.add_argument("--judge", help="whose labels to use (default: the busiest judge)")
     analyze.add_argument("--prompt-version", help="the judge's prompt version")
     side = analyze.add_mutually_exclusive_group()

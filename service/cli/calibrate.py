@@ -11,10 +11,9 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from service.analysis.local_calibration import NotEnoughGoldError, render, run_local_calibration
 from service.analysis.report import to_jsonable
-from service.analysis.window import TIME_HELP, resolve_window
+from service.cli.window_options import add_window_options, event_window
 from service.kernel.clock import utcnow
 from service.kernel.settings import Settings
-from service.store.analysis import EventWindow
 from service.store.engine import get_engine, session_scope
 
 
@@ -27,11 +26,7 @@ def add_calibrate_command(sub: argparse._SubParsersAction) -> None:  # type: ign
         "against the gold labels on the other, next to the thresholds in use. With --apply, "
         "workers grade with the fitted thresholds from then on, under a new prompt version.",
     )
-    calibrate.add_argument("--since", default="7d", help=f"window start (default 7d). {TIME_HELP}")
-    calibrate.add_argument("--until", default=None, help=f"window end (default now). {TIME_HELP}")
-    calibrate.add_argument("--app", help="only events of this app")
-    calibrate.add_argument("--retriever", help="only events of this retriever")
-    calibrate.add_argument("--tenant", default="default", help="whose events (default: default)")
+    add_window_options(calibrate, default_since="7d")
     calibrate.add_argument("--seed", type=int, default=0, help="seed of the split and intervals")
     calibrate.add_argument(
         "--apply", action="store_true", help="store the fitted thresholds for the workers"
@@ -42,14 +37,9 @@ def add_calibrate_command(sub: argparse._SubParsersAction) -> None:  # type: ign
 
 def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
     now = utcnow()
-    try:
-        since, until = resolve_window(args.since, args.until, now)
-    except ValueError as exc:
-        print(f"retrieval-monitor calibrate: {exc}", file=sys.stderr)
+    window = event_window(args, "calibrate", now)
+    if window is None:
         return 2
-    window = EventWindow(
-        since=since, until=until, app=args.app, retriever=args.retriever, tenant=args.tenant
-    )
     try:
         with session_scope(get_engine(settings.database_url)) as session:
             outcome = run_local_calibration(

@@ -9,11 +9,9 @@ from pathlib import Path
 
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from service.analysis.window import TIME_HELP, resolve_window
-from service.kernel.clock import utcnow
+from service.cli.window_options import add_window_options, event_window
 from service.kernel.settings import Settings
 from service.replay.gold_export import export_gold
-from service.store.analysis import EventWindow
 from service.store.engine import get_engine, session_scope
 
 
@@ -28,23 +26,14 @@ def add_gold_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         "`retrieval-monitor replay --dataset DIR --gold` replays through another retriever.",
     )
     export.add_argument("--out", required=True, type=Path, help="folder to write")
-    export.add_argument("--since", default="30d", help=f"window start (default 30d). {TIME_HELP}")
-    export.add_argument("--until", default=None, help=f"window end (default now). {TIME_HELP}")
-    export.add_argument("--app", help="only events of this app")
-    export.add_argument("--retriever", help="only events of this retriever")
-    export.add_argument("--tenant", default="default", help="whose events (default: default)")
+    add_window_options(export, default_since="30d")
     export.set_defaults(handler=cmd_gold_export)
 
 
 def cmd_gold_export(args: argparse.Namespace, settings: Settings) -> int:
-    try:
-        since, until = resolve_window(args.since, args.until, utcnow())
-    except ValueError as exc:
-        print(f"retrieval-monitor gold export: {exc}", file=sys.stderr)
+    window = event_window(args, "gold export")
+    if window is None:
         return 2
-    window = EventWindow(
-        since=since, until=until, app=args.app, retriever=args.retriever, tenant=args.tenant
-    )
     try:
         with session_scope(get_engine(settings.database_url)) as session:
             summary = export_gold(session, window, args.out)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, tuple_, update
+from sqlalchemy import ColumnElement, select, tuple_, update
 from sqlmodel import Session, col
 
 from service.kernel.clock import as_utc, utcnow
@@ -205,20 +205,21 @@ class StoredScore:
     run: Mapping[str, Any] | None
 
 
+def _of_event_by(
+    model: type[Score] | type[JudgeRun], event_pk: int, who: JudgeIdentity
+) -> tuple[ColumnElement[bool], ...]:
+    """The conditions that pick an event's row written by one judge and prompt version."""
+    return (
+        col(model.event_pk) == event_pk,
+        col(model.judge) == who.judge,
+        col(model.prompt_version) == who.prompt_version,
+    )
+
+
 def stored_score(session: Session, event_pk: int, who: JudgeIdentity) -> StoredScore:
-    score = session.execute(
-        select(Score).where(
-            col(Score.event_pk) == event_pk,
-            col(Score.judge) == who.judge,
-            col(Score.prompt_version) == who.prompt_version,
-        )
-    ).scalar_one()
+    score = session.execute(select(Score).where(*_of_event_by(Score, event_pk, who))).scalar_one()
     run = session.execute(
-        select(JudgeRun).where(
-            col(JudgeRun.event_pk) == event_pk,
-            col(JudgeRun.judge) == who.judge,
-            col(JudgeRun.prompt_version) == who.prompt_version,
-        )
+        select(JudgeRun).where(*_of_event_by(JudgeRun, event_pk, who))
     ).scalar_one_or_none()
     return StoredScore(score.model_dump(), run.model_dump() if run is not None else None)
 

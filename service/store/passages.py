@@ -41,15 +41,8 @@ class PassageRow:
 
 
 @dataclass(frozen=True)
-class StoredPassage:
+class StoredPassage(PassageRow):
     """One ranked passage as read back; ``text`` is empty once the event released it."""
-
-    event_pk: int
-    rank: int
-    passage_id: str
-    score: float | None
-    content_hash: str
-    text: str
 
 
 # --- writing: a fixed number of statements per commit group, whatever its size ------------------
