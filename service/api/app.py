@@ -16,6 +16,7 @@ from service.api.docs import add_docs
 from service.api.heap import freeze_startup_objects
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
 from service.auth.gate import TENANT_STATE, AuthGateMiddleware
+from service.http.redaction_scope import RedactionScopeMiddleware
 from service.http.state import AppState
 from service.ingest.counts import count_refused
 from service.ingest.validate import empty_retrieval_labels
@@ -68,6 +69,8 @@ def create_app(settings: Settings) -> FastAPI:
     )
     add_docs(app)
     app.state.rm = state
+    # Innermost: every route's body is validated, and so masked, inside this scope.
+    app.add_middleware(RedactionScopeMiddleware, redactor=runtime.redactor)
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,

@@ -153,9 +153,6 @@ def post_feedback(
     problems = check_feedback_limits(feedback, state.runtime.settings)
     if problems:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail="; ".join(problems))
-    redactor = state.runtime.redactor
-    if redactor and feedback.response is not None:
-        feedback = feedback.model_copy(update={"response": redactor.redact(feedback.response)})
     with session_scope(state.runtime.engine) as session:
         event = event_store.find_event(session, caller.tenant, event_id)
         if event is None:

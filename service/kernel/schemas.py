@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
+from service.kernel.client_text import Verbatim, mask_body_in_place
 from service.kernel.settings import Settings
 from service.kernel.storable import check_body, check_moment, check_text, nesting_depth
 
@@ -25,13 +26,27 @@ PassageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
 
 class StorableBody(BaseModel):
     """A request body whose every key and value, at any depth, a store can keep
-    (``service/kernel/storable.py``); checked on the raw body before the fields are read."""
+    (``service/kernel/storable.py``); checked on the raw body before the fields are read.
+
+    Every free text of it is masked once its fields are valid, with the redactor of the request
+    being served (``service/kernel/client_text.py``): the one gate of a client's text.
+    """
+
+    # Set only by a body whose masking must wait for checks made after validation; the module
+    # named masks it with ``client_text.mask_model`` and the same redactor.
+    masked_later_by: ClassVar[str | None] = None
 
     @model_validator(mode="before")
     @classmethod
     def every_value_storable(cls, data: Any) -> Any:
         check_body(data)
         return data
+
+    @model_validator(mode="after")
+    def free_text_masked(self) -> Any:
+        if self.masked_later_by is None:
+            mask_body_in_place(self)
+        return self
 
 
 class PassageIn(BaseModel):
@@ -67,8 +82,10 @@ class EventIn(StorableBody):
     """One retrieval as the app saw it: the query and the ranked passages the prompt carried."""
 
     model_config = ConfigDict(extra="forbid")
+    # The limits are measured on the text as sent, so an event is masked after them.
+    masked_later_by: ClassVar[str | None] = "service.ingest.redact"
 
-    event_id: str | None = Field(
+    event_id: Annotated[str | None, Verbatim()] = Field(
         None,
         min_length=1,
         max_length=MAX_ID_CHARS,

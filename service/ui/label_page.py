@@ -27,6 +27,7 @@ from service.auth.browser import cross_site, safe_next
 from service.auth.keys import Principal
 from service.auth.labellers import labeller_of
 from service.http.deps import PageCaller, StateDep
+from service.kernel.client_text import mask_text
 from service.kernel.clock import utcnow
 from service.kernel.schemas import MAX_LABELLER_CHARS
 from service.kernel.storable import text_problem
@@ -199,7 +200,10 @@ def named_labeller(request: Request, caller: Principal) -> str | None:
         return None
     name = unquote(raw).strip()
     # A cookie is the browser's to change: one that does not fit is ignored, not trusted.
-    return name if name and name_problem(name) is None else None
+    if not name or name_problem(name) is not None:
+        return None
+    # Masked as the gold API masks a labeller named in its body, so both name one labeller.
+    return mask_text(name)[:MAX_LABELLER_CHARS]
 
 
 @router.post("/label/labeller")
