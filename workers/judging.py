@@ -18,7 +18,7 @@ from service.kernel.hashing import text_hash
 from service.spend.budget import BudgetExhaustedError
 from service.store import judging as judging_store
 from service.store.engine import session_scope
-from service.store.models import EventStatus
+from service.store.models import EventStatus, derived_scope
 from service.wiring.runtime import Runtime
 from workers.calls import call_judge
 from workers.claims import EventClaims
@@ -61,18 +61,19 @@ def judge_events(
     ``transient`` and ``over_budget``, unwritten, for the caller to retry or defer.
     """
     who = judge.identity
+    shared = runtime.settings.share_derived_across_tenants
     result = SliceResult()
     with session_scope(runtime.engine) as session:
         events = judging_store.load_many_for_judging(session, event_pks)
         scored = judging_store.scored_event_pks(session, [e.pk for e in events], who)
         work = [
-            EventWork(e, text_hash(e.query), context_cache_key(e))
+            EventWork(e, text_hash(e.query), context_cache_key(e), derived_scope(e.tenant, shared))
             for e in events
             if e.pk not in scored and (force or e.status != EventStatus.SKIPPED)
         ]
-        wanted: dict[str, set[str]] = {}
+        wanted: dict[tuple[str, str], set[str]] = {}
         for item in work:
-            hashes = wanted.setdefault(item.query_hash, set())
+            hashes = wanted.setdefault((item.scope, item.query_hash), set())
             hashes.update(p.content_hash for p in item.event.passages)
             hashes.add(item.ctx_key)
         known = judging_store.cached_labels_many(session, who, wanted)

@@ -17,8 +17,9 @@ from service.store.judging import EventForJudging
 from workers.judge.base import JudgeReply
 from workers.judge.prompt import JudgeRequest
 
-# (query hash, passage hash or context key) -> grade or context rating
-KnownLabels = dict[tuple[str, str], int]
+# (tenant scope, query hash, passage hash or context key) -> grade or context rating; the scope
+# (``derived_scope``) keeps one tenant's labels from answering another's, within a slice too.
+KnownLabels = dict[tuple[str, str, str], int]
 
 
 def context_cache_key(event: EventForJudging) -> str:
@@ -57,6 +58,7 @@ class EventWork:
     event: EventForJudging
     query_hash: str
     ctx_key: str
+    scope: str = ""  # whose derived data its labels are (``derived_scope``)
     cached: dict[str, int] = field(default_factory=dict)  # labels known before its call
     plan: Plan = field(default_factory=lambda: Plan([], False))
     reply: JudgeReply | None = None
@@ -83,14 +85,14 @@ def plan_events(work: Sequence[EventWork], known: KnownLabels) -> None:
 def split_round(pending: Sequence[EventWork]) -> tuple[list[EventWork], list[EventWork]]:
     """The planned events asked this round, and those deferred because an earlier event of the
     round asks one of their labels."""
-    claimed: set[tuple[str, str]] = set()
+    claimed: set[tuple[str, str, str]] = set()
     this_round: list[EventWork] = []
     deferred: list[EventWork] = []
     for item in pending:
         passages = item.event.passages
-        keys = {(item.query_hash, passages[i].content_hash) for i in item.plan.send}
+        keys = {(item.scope, item.query_hash, passages[i].content_hash) for i in item.plan.send}
         if item.plan.rate_context:
-            keys.add((item.query_hash, item.ctx_key))
+            keys.add((item.scope, item.query_hash, item.ctx_key))
         if keys & claimed:
             deferred.append(item)
             continue
@@ -104,9 +106,9 @@ def learn(item: EventWork, known: KnownLabels) -> None:
     assert item.reply is not None
     for index, grade in zip(item.plan.send, item.reply.grades, strict=True):
         if grade is not None:
-            known[(item.query_hash, item.event.passages[index].content_hash)] = grade
+            known[(item.scope, item.query_hash, item.event.passages[index].content_hash)] = grade
     if item.plan.rate_context and item.reply.context_rating is not None:
-        known[(item.query_hash, item.ctx_key)] = item.reply.context_rating
+        known[(item.scope, item.query_hash, item.ctx_key)] = item.reply.context_rating
 
 
 def judge_request(event: EventForJudging, plan: Plan) -> JudgeRequest:
@@ -121,7 +123,7 @@ def judge_request(event: EventForJudging, plan: Plan) -> JudgeRequest:
 def _cached_for(item: EventWork, known: KnownLabels) -> dict[str, int]:
     cached: dict[str, int] = {}
     for key in [p.content_hash for p in item.event.passages] + [item.ctx_key]:
-        grade = known.get((item.query_hash, key))
+        grade = known.get((item.scope, item.query_hash, key))
         if grade is not None:
             cached[key] = grade
     return cached

@@ -88,6 +88,7 @@ def judging_result(settings: Settings, item: EventWork) -> judging_store.Judging
         malformed_replies=reply.malformed_replies if reply else 0,
         new_cache_entries=new_entries,
         query_hash=item.query_hash,
+        derived_scope=item.scope,
         measures=measures,
         np_window=int(measures.get("np_window") or 0),
         alpha=settings.alpha,

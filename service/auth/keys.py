@@ -15,12 +15,14 @@ import hashlib
 import hmac
 import logging
 import secrets
+import sys
 import time
 from dataclasses import dataclass
 
 from redis import Redis, RedisError
 from sqlalchemy import Engine
 
+from service.kernel.bounded_cache import BoundedCache
 from service.store import keys as keys_repository
 from service.store.engine import session_scope
 from service.store.models import DEFAULT_TENANT
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 CACHE_SECONDS = 30.0
 EPOCH_CHECK_SECONDS = 1.0
 REVOCATION_EPOCH_KEY = "rm:keys:revocation_epoch"
+# What one process keeps of recent lookups: some 10,000 of them, found or not.
+LOOKUP_CACHE_BYTES = 4 * 1024 * 1024
 
 
 def new_key() -> str:
@@ -62,13 +66,30 @@ class Principal:
 ANONYMOUS = Principal(DEFAULT_TENANT, is_admin=False)
 
 
+def _lookup_bytes(lookup: tuple[float, Principal | None]) -> int:
+    """A cached lookup's weight: the pair, the time, and the principal with its two texts (an
+    admin chose them; their columns bound their length)."""
+    _, principal = lookup
+    weight = sys.getsizeof(lookup) + sys.getsizeof(0.0)
+    if principal is not None:
+        weight += (
+            sys.getsizeof(principal)
+            + sys.getsizeof(principal.tenant)
+            + sys.getsizeof(principal.key_name)
+        )
+    return weight
+
+
 class KeyStore:
     """Resolves a presented key to its tenant, with a short cache so a request costs no query."""
 
     def __init__(self, engine: Engine, redis: Redis | None = None) -> None:
         self.engine = engine
         self.redis = redis
-        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        # Keyed by the presented key's digest; unknown keys cannot grow it past its budget.
+        self._cache: BoundedCache[tuple[float, Principal | None]] = BoundedCache(
+            LOOKUP_CACHE_BYTES, size_of=_lookup_bytes
+        )
         self._epoch: object = None
         self._epoch_read_at = float("-inf")
 
@@ -88,9 +109,7 @@ class KeyStore:
             if record is not None and hmac.compare_digest(record.key_hash, digest)
             else None
         )
-        if len(self._cache) > 10_000:  # bounded: unknown keys cannot grow it without end
-            self._cache.clear()
-        self._cache[digest] = (now, found)
+        self._cache.put(digest, (now, found))
         return found
 
     def _follow_revocations(self, now: float) -> None:

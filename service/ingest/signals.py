@@ -8,12 +8,15 @@ chunker that repeats itself), on all traffic and within seconds.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import string
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+from service.kernel.bounded_cache import BoundedCache
+from service.kernel.hashing import text_hash
 
 _WORD = re.compile(r"\w+")
 # On ASCII text ``\w`` is exactly letters, digits and underscore: mapping every other ASCII
@@ -25,8 +28,11 @@ _ASCII_NON_WORD = str.maketrans(
 SHINGLE_WORDS = 3
 # Near-duplicates share their beginning; comparing only that keeps the cost per passage fixed.
 MAX_WORDS = 200
-# Distinct passage texts whose shingle prefix is kept (~20 hashes, under 1 KiB each plus the text).
-PREFIX_CACHE_SIZE = 4096
+# What the shingle prefixes of recent passages may hold in one process: ~20 hashes (under 1 KiB)
+# per passage of ordinary length, so some 8,000 passages; keyed by content hash, not the text.
+PREFIX_CACHE_BYTES = 8 * 1024 * 1024
+# An int in a prefix: a shingle hash is a 64-bit value, 36 bytes as a Python int.
+_HASH_INT_BYTES = 36
 
 
 @dataclass(frozen=True)
@@ -188,19 +194,34 @@ def near_duplicate_flags(texts: Sequence[str], threshold: float) -> Iterator[boo
         yield repeats
 
 
-@functools.lru_cache(maxsize=PREFIX_CACHE_SIZE)
+def _prefix_bytes(prefix: tuple[int, ...]) -> int:
+    return sys.getsizeof(prefix) + _HASH_INT_BYTES * len(prefix)
+
+
+PREFIX_CACHE: BoundedCache[tuple[int, ...]] = BoundedCache(
+    PREFIX_CACHE_BYTES, size_of=_prefix_bytes
+)
+
+
 def shingle_prefix(text: str, threshold: float) -> tuple[int, ...]:
     """The text's smallest shingle hashes: any near-duplicate shares at least one of them.
 
     Two sets with Jaccard >= t share at least t * max(|A|, |B|) elements, so the first
     |A| - floor(t * |A|) + 1 elements of A in any fixed order meet the first ones of B (prefix
     filtering, as in all-pairs similarity search). One more element than that keeps float
-    rounding on the safe side. Cached by text: retrievers return the same popular passages again
-    and again, and a hit costs one dictionary lookup instead of building ~150 shingles.
+    rounding on the safe side. Cached by the text's content hash: retrievers return the same
+    popular passages again and again, and a hit costs a hash and a lookup instead of building
+    ~150 shingles, while the cache never holds a text.
     """
+    key = f"{text_hash(text)}:{threshold!r}"
+    known = PREFIX_CACHE.get(key)
+    if known is not None:
+        return known
     found = shingles(text)
     keep = len(found) - math.floor(threshold * len(found)) + 2
-    return tuple(sorted(found)[:keep])
+    prefix = tuple(sorted(found)[:keep])
+    PREFIX_CACHE.put(key, prefix)
+    return prefix
 
 
 def compute_signals(

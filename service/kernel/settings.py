@@ -95,6 +95,15 @@ class Settings(BaseSettings):
         "0: no shared vectors (each slice still encodes its passages in one call).",
     )
 
+    share_derived_across_tenants: bool = Field(
+        False,
+        description="Let every tenant reuse the labels and context ratings the judge gave "
+        "another tenant for the same query and passage texts. Off: derived data is kept per "
+        "tenant, so a tenant pays its own judge calls and can neither time nor read what another "
+        "sent. On only where all tenants are one organisation (docs/security.md says what it "
+        "leaks).",
+    )
+
     # --- judge output ---------------------------------------------------------------------------
     judge_output_mode: Literal[
         "auto", "json_schema", "json_object_schema", "json_object", "text"

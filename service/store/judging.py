@@ -117,16 +117,20 @@ class JudgeIdentity:
 
 
 def cached_labels_many(
-    session: Session, who: JudgeIdentity, wanted: dict[str, set[str]]
-) -> dict[tuple[str, str], int]:
-    """Cached grades for many queries at once: ``wanted`` maps a query hash to passage hashes.
+    session: Session, who: JudgeIdentity, wanted: dict[tuple[str, str], set[str]]
+) -> dict[tuple[str, str, str], int]:
+    """Cached grades for many queries at once: ``wanted`` maps a (tenant scope, query hash) to
+    passage hashes, the answer (scope, query hash, passage hash) to grades. A scope is a tenant
+    (or SHARED_SCOPE, ``models.derived_scope``): a grade is never read under another one.
 
     Only the pairs asked for are read. PostgreSQL looks each pair up on the primary key from a
     list of values (``lookup_each``), a plan that holds whatever the planner's statistics say;
     SQLite reads the pairs with a row-value IN on the same key.
     """
     pairs = sorted(
-        (query_hash, passage) for query_hash, hashes in wanted.items() for passage in hashes
+        (scope, query_hash, passage)
+        for (scope, query_hash), hashes in wanted.items()
+        for passage in hashes
     )
     if not pairs:
         return {}
@@ -138,12 +142,14 @@ def cached_labels_many(
     statement: Any
     if session.get_bind().dialect.name == "postgresql":
         wanted_pairs = unnest_keys(
-            query_hash=[query_hash for query_hash, _ in pairs],
-            passage_hash=[passage for _, passage in pairs],
+            tenant=[scope for scope, _, _ in pairs],
+            query_hash=[query_hash for _, query_hash, _ in pairs],
+            passage_hash=[passage for _, _, passage in pairs],
         )
         statement = lookup_each(
             wanted_pairs,
             select(col(LabelCache.grade)).where(
+                col(LabelCache.tenant) == wanted_pairs.c.tenant,
                 *same_judge,
                 col(LabelCache.query_hash) == wanted_pairs.c.query_hash,
                 col(LabelCache.passage_hash) == wanted_pairs.c.passage_hash,
@@ -151,14 +157,19 @@ def cached_labels_many(
         )
     else:
         statement = select(
-            col(LabelCache.query_hash), col(LabelCache.passage_hash), col(LabelCache.grade)
+            col(LabelCache.tenant),
+            col(LabelCache.query_hash),
+            col(LabelCache.passage_hash),
+            col(LabelCache.grade),
         ).where(
             *same_judge,
-            tuple_(col(LabelCache.query_hash), col(LabelCache.passage_hash)).in_(pairs),
+            tuple_(
+                col(LabelCache.tenant), col(LabelCache.query_hash), col(LabelCache.passage_hash)
+            ).in_(pairs),
         )
     return {
-        (query_hash, passage_hash): int(grade)
-        for query_hash, passage_hash, grade in session.execute(statement)
+        (scope, query_hash, passage_hash): int(grade)
+        for scope, query_hash, passage_hash, grade in session.execute(statement)
     }
 
 
@@ -194,6 +205,8 @@ class JudgingResult:
     # Per passage, the local judge's cosine when it was computed now (None: an LLM judge, a
     # cached label, a passage not sent).
     similarities: Sequence[float | None] | None = None
+    # The tenant its new label-cache rows are kept under (``models.derived_scope``).
+    derived_scope: str = ""
 
 
 @dataclass(frozen=True)
@@ -274,6 +287,7 @@ def _judging_rows(
     }
     cache = [
         {
+            "tenant": result.derived_scope,
             "judge": who.judge,
             "model": who.model,
             "prompt_version": who.prompt_version,
@@ -337,7 +351,9 @@ def store_judging_many(
     session.execute(table(JudgeRun).insert(), [r.run for r in rows.values()])
     # One row per pair even if two results carry it (a statement may not hit its own conflict).
     cache = {
-        (row["query_hash"], row["passage_hash"]): row for r in rows.values() for row in r.cache
+        (row["tenant"], row["query_hash"], row["passage_hash"]): row
+        for r in rows.values()
+        for row in r.cache
     }
     insert_ignore(session, LabelCache, list(cache.values()))
     session.execute(table(Score).insert(), [r.score for r in rows.values()])

@@ -26,6 +26,14 @@ from sqlmodel import Field, SQLModel
 
 # The tenant of every event sent without an API key (keys off), and of settings that name no tenant.
 DEFAULT_TENANT = "default"
+# The tenant of derived data (label cache rows) that every tenant shares, which a deployment asks
+# for with ``share_derived_across_tenants``; no tenant is named so.
+SHARED_SCOPE = ""
+
+
+def derived_scope(tenant: str, share_across_tenants: bool) -> str:
+    """Under which tenant data derived from ``tenant``'s traffic is kept and looked up."""
+    return SHARED_SCOPE if share_across_tenants else tenant
 
 
 class EventStatus(StrEnum):
@@ -171,11 +179,16 @@ class LabelCache(SQLModel, table=True):
     """Grades already paid for, so a repeated (query, passage) pair costs no judge call.
 
     ``passage_hash`` is the passage's content hash, or ``ctx:<digest of the top-k hashes>`` for
-    the context rating of a whole top-k list.
+    the context rating of a whole top-k list. ``tenant`` is the event's tenant, or the empty
+    SHARED_SCOPE when the deployment shares derived data across tenants
+    (``share_derived_across_tenants``).
     """
 
     __tablename__ = "label_cache"
 
+    # Whose traffic the grade was derived from; SHARED_SCOPE when tenants share derived data.
+    # First in the key, so every lookup is on the primary key's index.
+    tenant: str = Field(primary_key=True, max_length=100)
     judge: str = Field(primary_key=True, max_length=100)
     model: str = Field(primary_key=True, max_length=200)
     prompt_version: str = Field(primary_key=True, max_length=50)

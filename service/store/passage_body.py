@@ -12,10 +12,9 @@ when this module does); tests/integration/store/test_passage_store.py reads its 
 
 from __future__ import annotations
 
-import threading
 import zlib
-from collections import OrderedDict
 
+from service.kernel.bounded_cache import BoundedCache
 from service.store.readable import readable_text
 
 PLAIN = b"u"  # the text's UTF-8
@@ -58,29 +57,22 @@ class RecentForms:
     group (the database skips those it has, which only another round trip could tell in
     advance); compressing a 1.4 kB text costs about 50 us, a hit a dictionary lookup. Keyed by
     the hash, not the text, and keeping only forms up to ``max_bytes``: a passage may be 20,000
-    characters, so keeping every text would let the cache grow to hundreds of MB; this way it
-    holds at most ``size`` x (``max_bytes`` + a 64-character key), 17 MB by default.
+    characters, so keeping every text would let the cache grow to hundreds of MB; the cache
+    (``service.kernel.bounded_cache``) holds at most ``budget_bytes``, 16 MiB by default.
     """
 
-    def __init__(self, size: int = 4096, max_bytes: int = 4096) -> None:
-        self.size = size
+    def __init__(self, budget_bytes: int = 16 * 1024 * 1024, max_bytes: int = 4096) -> None:
         self.max_bytes = max_bytes
-        self._forms: OrderedDict[str, bytes] = OrderedDict()
-        self._lock = threading.Lock()  # commit writers and batch requests share it
+        self._forms: BoundedCache[bytes] = BoundedCache(budget_bytes)
 
     def form(self, digest: str, text: str) -> bytes:
         """``encode_body(text)``, where ``digest`` is the text's content hash."""
-        with self._lock:
-            form = self._forms.get(digest)
-            if form is not None:
-                self._forms.move_to_end(digest)
-                return form
+        form = self._forms.get(digest)
+        if form is not None:
+            return form
         form = encode_body(text)
         if len(form) <= self.max_bytes:
-            with self._lock:
-                self._forms[digest] = form
-                if len(self._forms) > self.size:
-                    self._forms.popitem(last=False)
+            self._forms.put(digest, form)
         return form
 
     def __len__(self) -> int:

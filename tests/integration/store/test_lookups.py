@@ -25,9 +25,10 @@ WHO = JudgeIdentity(judge="llm", model="m", prompt_version="v3")
 
 
 def fill_labels(engine: Engine, queries: int, passages: int) -> None:
-    """Every (query, passage) pair graded, as after a warm-up: grade = (q + p) % 4."""
+    """Every (query, passage) pair graded for tenant t1, as after a warm-up: grade = (q + p) % 4."""
     rows = [
         {
+            "tenant": "t1",
             "judge": WHO.judge,
             "model": WHO.model,
             "prompt_version": WHO.prompt_version,
@@ -42,8 +43,9 @@ def fill_labels(engine: Engine, queries: int, passages: int) -> None:
     with engine.begin() as conn:
         conn.execute(
             text(
-                "INSERT INTO label_cache (judge, model, prompt_version, query_hash, passage_hash,"
-                " grade, created_at) VALUES (:judge, :model, :prompt_version, :query_hash,"
+                "INSERT INTO label_cache (tenant, judge, model, prompt_version, query_hash,"
+                " passage_hash, grade, created_at) VALUES (:tenant, :judge, :model,"
+                " :prompt_version, :query_hash,"
                 " :passage_hash, :grade, :created_at)"
             ),
             rows,
@@ -53,13 +55,23 @@ def fill_labels(engine: Engine, queries: int, passages: int) -> None:
 def test_cached_labels_are_the_pairs_asked_for_not_every_combination(store_url: str) -> None:
     engine = make_engine(store_url)
     fill_labels(engine, queries=5, passages=20)
-    wanted = {"q1": {"p2", "p3"}, "q4": {"p3", "p19", "not-graded"}, "unknown": {"p1"}}
+    wanted = {
+        ("t1", "q1"): {"p2", "p3"},
+        ("t1", "q4"): {"p3", "p19", "not-graded"},
+        ("t1", "unknown"): {"p1"},
+        ("t2", "q1"): {"p2", "p3"},
+    }
     with session_scope(engine) as session:
         found = cached_labels_many(session, WHO, wanted)
         other_judge = cached_labels_many(session, JudgeIdentity("llm", "m", "v2"), wanted)
     engine.dispose()
-    # q1 x p19 and q4 x p2 exist in the table but were not asked for.
-    assert found == {("q1", "p2"): 3, ("q1", "p3"): 0, ("q4", "p3"): 3, ("q4", "p19"): 3}
+    # q1 x p19 and q4 x p2 exist in the table but were not asked for; t2 has no grades of its own.
+    assert found == {
+        ("t1", "q1", "p2"): 3,
+        ("t1", "q1", "p3"): 0,
+        ("t1", "q4", "p3"): 3,
+        ("t1", "q4", "p19"): 3,
+    }
     assert other_judge == {}
 
 
@@ -121,7 +133,7 @@ def test_postgresql_probes_the_unique_keys_with_or_without_statistics(
                     text("DELETE FROM pg_statistic WHERE starelid = CAST(:t AS regclass)"),
                     {"t": table},
                 )
-    wanted = {f"q{q}": {f"p{p}" for p in range(q, q + 6)} for q in range(16)}
+    wanted = {("t1", f"q{q}"): {f"p{p}" for p in range(q, q + 6)} for q in range(16)}
     with session_scope(engine) as session:
         labels_plan = plan_of(
             engine, lambda: cached_labels_many(session, WHO, wanted), "label_cache"

@@ -12,8 +12,9 @@ def _digest(text: str) -> str:
 
 
 def test_a_form_is_the_texts_own_whether_kept_or_not() -> None:
-    recent = RecentForms(size=2, max_bytes=4096)
     texts = ["an abstract about folding " * 20, "tiny", "another abstract " * 30]
+    # Room for two of the forms (about 300 bytes each with key and overhead), not three.
+    recent = RecentForms(budget_bytes=600, max_bytes=4096)
     for _ in range(2):
         for text in texts:
             form = recent.form(_digest(text), text)
@@ -23,7 +24,7 @@ def test_a_form_is_the_texts_own_whether_kept_or_not() -> None:
 
 
 def test_a_large_or_incompressible_text_is_not_kept() -> None:
-    recent = RecentForms(size=8, max_bytes=100)
+    recent = RecentForms(max_bytes=100)
     # 20,000 astral characters: 80 kB of UTF-8 that compresses poorly, as a hostile client sends.
     big = "".join(chr(0x10000 + (i * 7919) % 50000) for i in range(20_000))
     assert recent.form(_digest(big), big) == encode_body(big)

@@ -73,7 +73,10 @@ def test_the_context_key_is_the_top_k_set_whatever_its_order() -> None:
 def test_an_event_needing_a_label_another_asks_waits_a_round_and_finds_it_known() -> None:
     first, second = work(event(1, TEXTS, 2)), work(event(2, TEXTS[:1], 1))
     # Both context ratings are known: only the passages' grades are asked.
-    known = {(first.query_hash, first.ctx_key): 2, (second.query_hash, second.ctx_key): 1}
+    known = {
+        (first.scope, first.query_hash, first.ctx_key): 2,
+        (second.scope, second.query_hash, second.ctx_key): 1,
+    }
     plan_events([first, second], known)
     this_round, deferred = split_round([first, second])
     assert this_round == [first]
