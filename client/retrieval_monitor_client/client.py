@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import itertools
+import logging
 import os
 import secrets
 import threading
@@ -22,9 +24,19 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
+from retrieval_monitor_client.config import (
+    SenderConfig,
+    checked_api_key,
+    checked_count,
+    checked_label,
+    checked_seconds,
+    checked_url,
+)
 from retrieval_monitor_client.outbox import Outbox, Stats
-from retrieval_monitor_client.sender import RejectionHandler, Sender, SenderConfig
+from retrieval_monitor_client.sender import RejectionHandler, Sender
 from retrieval_monitor_client.wire import EventRecord, FeedbackRecord
+
+log = logging.getLogger("retrieval_monitor_client")
 
 Passage = str | Mapping[str, Any]
 """A passage's text, or a mapping with ``text`` and optionally ``id`` and ``score``."""
@@ -62,28 +74,36 @@ class _Recorder:
         given up on. ``send_timestamps=False`` lets the monitor stamp arrival instead of the
         time of ``record()`` (a replay that must send identical events each run wants that).
         """
-        if max_pending < 1 or batch_size < 1:
-            raise ValueError("max_pending and batch_size must be at least 1")
+        # Mistakes in the configuration are raised here, where the application sees them, rather
+        # than failing every request later on the sender thread.
+        max_pending = checked_count("max_pending", max_pending)
+        batch_size = checked_count("batch_size", batch_size)
         if batch_size > max_pending:
             raise ValueError(f"batch_size ({batch_size}) exceeds max_pending ({max_pending})")
         self._max_pending = max_pending
-        self._app = app
-        self._retriever = retriever
-        self._environment = environment
-        self._send_timestamps = send_timestamps
+        self._app = checked_label("app", app)
+        self._retriever = checked_label("retriever", retriever)
+        self._environment = (
+            None if environment is None else checked_label("environment", environment)
+        )
+        self._send_timestamps = bool(send_timestamps)
+        if on_rejected is not None and not callable(on_rejected):
+            raise ValueError("on_rejected must be callable")
         self._on_rejected = on_rejected
-        self._close_timeout = close_timeout
+        self._close_timeout = checked_seconds("close_timeout", close_timeout, zero_allowed=True)
         self._config = SenderConfig(
-            base_url=url.rstrip("/"),
-            api_key=api_key,
+            base_url=checked_url(url),
+            api_key=checked_api_key(api_key),
             batch_size=batch_size,
-            max_batch_bytes=max_batch_bytes,
-            flush_interval=flush_interval,
-            timeout=timeout,
-            max_retry_wait=max_retry_wait,
-            max_backoff=max_backoff,
-            server_error_attempts=server_error_attempts,
+            max_batch_bytes=checked_count("max_batch_bytes", max_batch_bytes),
+            flush_interval=checked_seconds("flush_interval", flush_interval, zero_allowed=False),
+            timeout=checked_seconds("timeout", timeout, zero_allowed=False),
+            max_retry_wait=checked_seconds("max_retry_wait", max_retry_wait, zero_allowed=True),
+            max_backoff=checked_seconds("max_backoff", max_backoff, zero_allowed=True),
+            server_error_attempts=checked_count("server_error_attempts", server_error_attempts),
             compress_level=5,
+            # Room for one result per event however long its error, and never less than 1 MiB.
+            max_answer_bytes=max(1 << 20, batch_size * 2048),
         )
         self._closed = False
         self._fresh_process_state()
@@ -120,8 +140,11 @@ class _Recorder:
         ``passages`` are ranked, the prompt carries the first ``k`` (default: all). The objects
         are read later, on the sender thread: do not change them after the call. If the queue
         is full the event is dropped and counted in ``stats().dropped``; the id is returned
-        all the same.
+        all the same. Never raises and never waits: whatever the arguments hold, the event is
+        counted, and one that cannot be sent is rejected on the sender thread.
         """
+        # Only identity tests on the caller's objects here: their own code (a __bool__, a
+        # __len__) runs on the sender thread, where what it raises rejects this event alone.
         if event_id is None:
             event_id = self._id_prefix + format(next(self._ids), "x")
         if timestamp is None and self._send_timestamps:
@@ -130,9 +153,9 @@ class _Recorder:
             EventRecord(
                 event_id,
                 timestamp,
-                app or self._app,
-                retriever or self._retriever,
-                environment or self._environment,
+                self._app if app is None else app,
+                self._retriever if retriever is None else retriever,
+                self._environment if environment is None else environment,
                 query,
                 passages,
                 k,
@@ -183,7 +206,11 @@ class _Recorder:
         with self._start_lock:
             if self._sender is None and not self._closed:
                 sender = Sender(self._outbox, self._config, self._on_rejected)
-                sender.start()
+                try:
+                    sender.start()
+                except RuntimeError:  # no thread to be had: the next call tries again
+                    log.exception("retrieval-monitor client: cannot start the sender thread")
+                    return
                 self._sender = sender
 
     def _flush(self, timeout: float | None) -> bool:
@@ -201,6 +228,15 @@ class _Recorder:
         if sender is not None:
             self._flush(timeout)
             sender.stop(max(timeout - (time.monotonic() - started), 0.0))
+        else:
+            # Never sent: what was queued while no sender could start is given up, not left
+            # pending for ever.
+            unsent = self._outbox.take_all()
+            self._outbox.settle(failed=len(unsent))
+            for item in unsent:
+                if self._on_rejected is not None:
+                    with contextlib.suppress(Exception):
+                        self._on_rejected(item.event_id, "no sender thread could be started")
         return self.stats()
 
     def _after_fork_in_child(self) -> None:

@@ -92,6 +92,13 @@ class Outbox:
                 self.feedback += 1
             self.dropped += 1
 
+    def take_all(self) -> list[Item]:
+        """Everything still queued, taken off the queue for the caller to settle."""
+        taken: list[Item] = []
+        while self.items:
+            taken.append(self.items.popleft())
+        return taken
+
     def settle(
         self,
         *,

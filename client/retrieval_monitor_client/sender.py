@@ -6,22 +6,26 @@ monitor could not take (unreachable, 429, 502, 503, 504) is sent again, unchange
 the event ids in it were fixed at ``record()``, so a resend whose first answer was lost is
 answered "duplicate" and counted once. Meanwhile the outbox fills up to its capacity and the
 application's threads carry on. What the monitor refuses for good is reported, never resent.
+
+Every record taken off the outbox is settled exactly once, whatever it holds and whatever the
+monitor answers: an event that cannot be serialised is rejected alone, an answer that cannot be
+understood fails its batch, and anything unforeseen fails the records in hand rather than leaving
+them pending for ever. The HTTP client (and its TLS context) is built here, on the sender thread,
+when the first request goes out, never in the application's ``record()``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote
 
 import httpx
 
+from retrieval_monitor_client.answer import Answer, batch_outcomes, read_answer
+from retrieval_monitor_client.config import SenderConfig
 from retrieval_monitor_client.outbox import Outbox
 from retrieval_monitor_client.wire import (
     EventRecord,
@@ -29,6 +33,7 @@ from retrieval_monitor_client.wire import (
     UnsendableError,
     batch_body,
     event_json,
+    feedback_request,
     retry_after_seconds,
 )
 
@@ -41,36 +46,22 @@ RejectionHandler = Callable[[str, str], None]
 _TRY_LATER = frozenset({429, 502, 503, 504})
 
 
-@dataclass(frozen=True)
-class SenderConfig:
-    base_url: str
-    api_key: str | None
-    batch_size: int
-    max_batch_bytes: int
-    flush_interval: float
-    timeout: float
-    max_retry_wait: float
-    max_backoff: float
-    server_error_attempts: int
-    compress_level: int
-
-
 class Sender:
     """Owns the HTTP connection and the thread; one per client per process."""
 
     def __init__(
         self, outbox: Outbox, config: SenderConfig, on_rejected: RejectionHandler | None
     ) -> None:
+        # Nothing costly here: this runs in the application's first record().
         self._outbox = outbox
         self._config = config
         self._on_rejected = on_rejected
-        headers = {"User-Agent": "retrieval-monitor-client"}
-        if config.api_key:
-            headers["Authorization"] = f"Bearer {config.api_key}"
-        self._http = httpx.Client(base_url=config.base_url, timeout=config.timeout, headers=headers)
+        self._http: httpx.Client | None = None
         self._abandon = threading.Event()
         self._stopping = False
         self._carry: tuple[EventRecord, bytes] | None = None
+        self._in_hand: list[str] = []
+        """Ids taken off the outbox and not yet settled, besides the carry."""
         self._unreachable = False
         self._thread = threading.Thread(
             target=self._run, name="retrieval-monitor-sender", daemon=True
@@ -90,7 +81,8 @@ class Sender:
             self._thread.join(min(timeout, 1.0) if timeout > 0 else 1.0)
         if self._thread.is_alive():
             return False
-        self._http.close()
+        if self._http is not None:
+            self._http.close()
         return True
 
     # --- the loop -------------------------------------------------------------------------------
@@ -115,14 +107,21 @@ class Sender:
         return self._carry is not None or bool(self._outbox.items)
 
     def _send_next(self) -> None:
-        head = self._outbox.items[0] if self._carry is None else self._carry[0]
-        if isinstance(head, FeedbackRecord):
-            self._outbox.items.popleft()
-            self._send_feedback(head)
-        else:
-            batch = self._take_events()
-            if batch:
-                self._send_events(batch)
+        try:
+            head = self._outbox.items[0] if self._carry is None else self._carry[0]
+            if isinstance(head, FeedbackRecord):
+                self._outbox.items.popleft()
+                self._in_hand = [head.event_id]
+                self._send_feedback(head)
+            else:
+                batch = self._take_events()
+                if batch:
+                    self._send_events(batch)
+        except Exception as exc:
+            # Whatever was in hand is settled, so that flush() returns and the queue drains.
+            log.exception("retrieval-monitor client: unexpected error while sending")
+            in_hand, self._in_hand = self._in_hand, []
+            self._settle_failed(in_hand, f"not sent: {exc.__class__.__name__} in the client")
 
     def _take_events(self) -> list[tuple[EventRecord, bytes]]:
         """The next events, up to batch_size and (past the first) max_batch_bytes."""
@@ -140,12 +139,14 @@ class Sender:
                 try:
                     body = event_json(event)
                 except UnsendableError as exc:
+                    # Rejected alone: the events around it still go.
                     self._settle_rejected(event.event_id, str(exc))
                     continue
             if batch and size + len(body) > self._config.max_batch_bytes:
                 self._carry = (event, body)
                 break
             batch.append((event, body))
+            self._in_hand.append(event.event_id)
             size += len(body)
         return batch
 
@@ -154,73 +155,99 @@ class Sender:
     def _send_events(self, batch: list[tuple[EventRecord, bytes]]) -> None:
         body = gzip.compress(batch_body([b for _, b in batch]), self._config.compress_level)
         ids = [event.event_id for event, _ in batch]
-        response = self._post(
+        answer = self._post(
             "/v1/events/batch",
             body,
             {"Content-Type": "application/json", "Content-Encoding": "gzip"},
         )
-        if response is None:
-            self._settle_failed(ids, "still unsent when the client was closed")
+        if answer is None:
+            self._settle_failed(self._hand_over(), "still unsent when the client was closed")
             return
-        results = _json_field(response, "results") if response.status_code == 200 else None
-        if not isinstance(results, list) or len(results) != len(ids):
-            reason = _reason(response) if response.status_code != 200 else "malformed answer"
-            self._settle_failed(ids, reason)
+        outcomes = batch_outcomes(answer, len(ids))
+        self._hand_over()
+        if isinstance(outcomes, str):
+            self._settle_failed(ids, outcomes)
             return
         accepted = duplicate = 0
         # Results come in request order, one per event.
-        for event_id, result in zip(ids, results, strict=True):
-            status = result.get("status") if isinstance(result, dict) else None
+        for event_id, (status, reason) in zip(ids, outcomes, strict=True):
             if status == "accepted":
                 accepted += 1
             elif status == "duplicate":
                 duplicate += 1
             else:
-                error = result.get("error") if isinstance(result, dict) else None
-                self._settle_rejected(event_id, str(error or f"status {status!r}"))
+                self._settle_rejected(event_id, reason)
         self._outbox.settle(accepted=accepted, duplicate=duplicate)
 
     def _send_feedback(self, feedback: FeedbackRecord) -> None:
-        url = f"/v1/events/{quote(feedback.event_id, safe='')}/feedback"
-        body = json.dumps(feedback.body, separators=(",", ":")).encode()
-        response = self._post(url, body, {"Content-Type": "application/json"})
-        if response is None:
+        try:
+            url, body = feedback_request(feedback)
+        except UnsendableError as exc:
+            self._hand_over()
+            self._settle_rejected(feedback.event_id, str(exc))
+            return
+        answer = self._post(url, body, {"Content-Type": "application/json"})
+        self._hand_over()
+        if answer is None:
             self._settle_failed([feedback.event_id], "still unsent when the client was closed")
-        elif response.is_success:
+        elif answer.is_success:
             self._outbox.settle(feedback_sent=1)
-        elif response.is_client_error:
-            self._settle_rejected(feedback.event_id, _reason(response))
+        elif 400 <= answer.status < 500:
+            self._settle_rejected(feedback.event_id, answer.reason())
         else:
-            self._settle_failed([feedback.event_id], _reason(response))
+            self._settle_failed([feedback.event_id], answer.reason())
 
-    def _post(self, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response | None:
+    def _hand_over(self) -> list[str]:
+        """The ids in hand, which the caller now settles."""
+        in_hand, self._in_hand = self._in_hand, []
+        return in_hand
+
+    def _connection(self) -> httpx.Client:
+        if self._http is None:
+            config = self._config
+            headers = {"User-Agent": "retrieval-monitor-client"}
+            if config.api_key:
+                headers["Authorization"] = f"Bearer {config.api_key}"
+            self._http = httpx.Client(
+                base_url=config.base_url, timeout=config.timeout, headers=headers
+            )
+        return self._http
+
+    def _post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer | None:
         """POST until the monitor gives an answer that is not "later"; None once abandoned."""
         outage = 0
         server_errors = 0
         while not self._abandon.is_set():
             try:
-                response = self._http.post(url, content=body, headers=headers)
+                answer = self._exchange(url, body, headers)
             except httpx.TransportError as exc:
                 self._note_unreachable(exc)
                 wait = self._backoff(outage)
                 outage += 1
             else:
                 self._note_reachable()
-                status = response.status_code
+                status = answer.status
                 if status in _TRY_LATER:
-                    hinted = retry_after_seconds(
-                        response.headers.get("Retry-After"), self._config.max_retry_wait
-                    )
+                    hinted = retry_after_seconds(answer.retry_after, self._config.max_retry_wait)
                     wait = self._backoff(outage) if hinted is None else hinted
                     outage += 1
                 elif status >= 500 and server_errors + 1 < self._config.server_error_attempts:
                     server_errors += 1
                     wait = self._backoff(server_errors)
                 else:
-                    return response
+                    return answer
             self._outbox.retries += 1
             self._abandon.wait(wait)
         return None
+
+    def _exchange(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
+        """One request and its answer, the body read within the size and time bounds."""
+        config = self._config
+        with self._connection().stream("POST", url, content=body, headers=headers) as response:
+            if response.status_code in _TRY_LATER:
+                # Only the header matters; the body of a "later" is not worth reading.
+                return Answer(response.status_code, response.headers.get("Retry-After"), b"", True)
+            return read_answer(response, config.max_answer_bytes, config.timeout)
 
     def _backoff(self, attempt: int) -> float:
         return float(min(0.1 * 2.0**attempt, self._config.max_backoff))
@@ -263,17 +290,3 @@ class Sender:
         # A failing handler must not stop the sender.
         with contextlib.suppress(Exception):
             self._on_rejected(event_id, reason)
-
-
-def _json_field(response: httpx.Response, name: str) -> Any:
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    return body.get(name) if isinstance(body, dict) else None
-
-
-def _reason(response: httpx.Response) -> str:
-    detail = _json_field(response, "detail")
-    text = detail if isinstance(detail, str) else response.text
-    return f"HTTP {response.status_code}: {text}"[:500]

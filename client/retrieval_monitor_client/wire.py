@@ -7,10 +7,11 @@ caller's objects into JSON is the expensive part, and it is what the queue defer
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import quote
 
 PASSAGE_FIELDS = ("id", "text", "score")
 
@@ -74,13 +75,38 @@ class FeedbackRecord:
 
 
 def event_json(event: EventRecord) -> bytes:
-    """The event as the monitor's ``POST /v1/events`` takes it, compact UTF-8 JSON."""
+    """The event as the monitor's ``POST /v1/events`` takes it, compact UTF-8 JSON.
+
+    Raises ``UnsendableError`` and nothing else, whatever the caller handed to ``record()``: the
+    sender rejects that one event and sends the rest of its batch.
+    """
+    try:
+        return dumps(_event_body(event))
+    except UnsendableError:
+        raise
+    except Exception as exc:  # the caller's objects run their own code here (len, iter, getitem)
+        raise UnsendableError(f"cannot be read: {exc.__class__.__name__}: {exc}"[:300]) from exc
+
+
+def feedback_request(feedback: FeedbackRecord) -> tuple[str, bytes]:
+    """The path and body of the feedback's request; ``UnsendableError`` if it has none."""
+    try:
+        path = f"/v1/events/{quote(feedback.event_id, safe='')}/feedback"
+    except Exception as exc:
+        raise UnsendableError(f"the event id cannot be sent: {exc}"[:300]) from exc
+    return path, dumps(feedback.body)
+
+
+def _event_body(event: EventRecord) -> dict[str, Any]:
     body: dict[str, Any] = {
         "event_id": event.event_id,
         "app": event.app,
         "retriever": event.retriever,
         "query": event.query,
-        "passages": [_passage(rank, p) for rank, p in enumerate(event.passages, start=1)],
+        "passages": [
+            _passage(rank, p)
+            for rank, p in enumerate(_sequence("passages", event.passages), start=1)
+        ],
     }
     if event.timestamp is not None:
         body["timestamp"] = _iso(event.timestamp)
@@ -89,12 +115,12 @@ def event_json(event: EventRecord) -> bytes:
         "k": event.k,
         "gold_passage_ids": None
         if event.gold_passage_ids is None
-        else list(event.gold_passage_ids),
+        else list(_sequence("gold_passage_ids", event.gold_passage_ids)),
         "metadata": None if event.metadata is None else dict(event.metadata),
         "response": event.response,
     }
     body.update((name, value) for name, value in optional.items() if value is not None)
-    return dumps(body)
+    return body
 
 
 def dumps(body: Mapping[str, Any]) -> bytes:
@@ -102,8 +128,13 @@ def dumps(body: Mapping[str, Any]) -> bytes:
         # NaN and Infinity are not JSON; the monitor would refuse them, so they are caught here.
         text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise UnsendableError(f"not JSON-serialisable: {exc}") from exc
-    return text.encode()
+        raise UnsendableError(f"not JSON-serialisable: {exc}"[:300]) from exc
+    except RecursionError as exc:
+        raise UnsendableError("not JSON-serialisable: nested too deeply") from exc
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise UnsendableError(f"not UTF-8: {exc.reason} at {exc.start}") from exc
 
 
 def batch_body(events: Sequence[bytes]) -> bytes:
@@ -135,13 +166,21 @@ def _passage(rank: int, passage: str | Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def _list_or_none(values: Sequence[str] | None) -> list[str] | None:
-    return None if values is None else list(values)
+def _sequence(name: str, values: Iterable[Any]) -> Iterable[Any]:
+    # A lone string is iterable too, by character: each would become a passage or an id.
+    if isinstance(values, str | bytes):
+        raise UnsendableError(f"{name} is a {type(values).__name__}: give a list")
+    return values
 
 
 def _iso(timestamp: float | datetime) -> str:
     if isinstance(timestamp, datetime):
         moment = timestamp if timestamp.tzinfo is not None else timestamp.replace(tzinfo=UTC)
-    else:
-        moment = datetime.fromtimestamp(timestamp, UTC)
-    return moment.isoformat()
+        return moment.isoformat()
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int | float):
+        kind = type(timestamp).__name__
+        raise UnsendableError(f"timestamp is a {kind}: give a datetime or seconds")
+    try:
+        return datetime.fromtimestamp(timestamp, UTC).isoformat()
+    except (ValueError, OverflowError, OSError) as exc:
+        raise UnsendableError(f"timestamp {timestamp!r} is not a time: {exc}") from exc
