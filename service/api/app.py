@@ -15,6 +15,7 @@ from service.api.body_limit import BodyLimitMiddleware, InflightBudget
 from service.api.docs import add_docs
 from service.api.heap import freeze_startup_objects
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
+from service.auth.cross_site import CrossSiteWriteGuard
 from service.auth.gate import TENANT_STATE, AuthGateMiddleware
 from service.http.state import AppState
 from service.ingest.counts import count_refused
@@ -82,6 +83,9 @@ def create_app(settings: Settings) -> FastAPI:
         required=settings.auth_required,
         max_unauthenticated_body_bytes=settings.max_unauthenticated_body_bytes,
     )
+    # Outside the key check: a write another site started is refused for every route, with keys
+    # on or off, before anything else is looked at.
+    app.add_middleware(CrossSiteWriteGuard)
     # Added last, so it is outermost and also counts what the body limit answers itself.
     app.add_middleware(HttpMetricsMiddleware, counter=responses)
     app.include_router(events.router)
