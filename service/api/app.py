@@ -17,6 +17,7 @@ from service.api.heap import freeze_startup_objects
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
 from service.auth.cross_site import CrossSiteWriteGuard
 from service.auth.gate import TENANT_STATE, AuthGateMiddleware
+from service.http.query_params import QueryParamsGuard
 from service.http.state import AppState
 from service.ingest.counts import count_refused
 from service.ingest.validate import empty_retrieval_labels
@@ -75,6 +76,9 @@ def create_app(settings: Settings) -> FastAPI:
         timeout_seconds=settings.body_timeout_seconds,
         budget=InflightBudget(settings.max_inflight_body_bytes),
     )
+    # Every route's query string is checked before routing: a value no filter, store or
+    # computation can take is a 422, never a failure deeper in.
+    app.add_middleware(QueryParamsGuard)
     # Outside the body limit: the key is checked before any body is read or inflated.
     app.add_middleware(
         AuthGateMiddleware,

@@ -107,7 +107,10 @@ def _address(request: Request) -> tuple[QueueAddress, bool, list[str]]:
     except ValueError as exc:
         errors.append(f"window: {exc}; the last {DEFAULT_SINCE} is shown")
         since, until = resolve_window(DEFAULT_SINCE, None, now)
-    absolute = until_raw is not None and _absolute(since_raw) and _absolute(until_raw)
+    # Only a window that parsed is asked whether it is absolute: an unparseable span raises.
+    absolute = (
+        not errors and until_raw is not None and _absolute(since_raw) and _absolute(until_raw)
+    )
     address = QueueAddress(
         since=since,
         until=until,

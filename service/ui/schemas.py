@@ -6,10 +6,13 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field, model_validator
 
+from service.kernel.schemas import StorableBody
 from service.store.models import MAX_NOTE_CHARS, MissCauseKind
 
 
-class MissCauseIn(BaseModel):
+class MissCauseIn(StorableBody):
+    """A store keeps the note as it came: no NUL, no lone surrogate (``StorableBody``)."""
+
     cause: MissCauseKind = Field(description="Why the gold passage did not reach the prompt.")
     note: str | None = Field(
         None, max_length=MAX_NOTE_CHARS, description="Free text; required when cause is other."
