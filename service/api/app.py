@@ -15,7 +15,9 @@ from service.api.body_limit import BodyLimitMiddleware, InflightBudget
 from service.api.docs import add_docs
 from service.api.heap import freeze_startup_objects
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
+from service.auth.cross_site import CrossSiteWriteGuard
 from service.auth.gate import TENANT_STATE, AuthGateMiddleware
+from service.http.query_params import QueryParamsGuard
 from service.http.redaction_scope import RedactionScopeMiddleware
 from service.http.state import AppState
 from service.ingest.counts import count_refused
@@ -77,6 +79,9 @@ def create_app(settings: Settings) -> FastAPI:
         timeout_seconds=settings.body_timeout_seconds,
         budget=InflightBudget(settings.max_inflight_body_bytes),
     )
+    # Every route's query string is checked before routing: a value no filter, store or
+    # computation can take is a 422, never a failure deeper in.
+    app.add_middleware(QueryParamsGuard)
     # Outside the body limit: the key is checked before any body is read or inflated.
     app.add_middleware(
         AuthGateMiddleware,
@@ -85,6 +90,9 @@ def create_app(settings: Settings) -> FastAPI:
         required=settings.auth_required,
         max_unauthenticated_body_bytes=settings.max_unauthenticated_body_bytes,
     )
+    # Outside the key check: a write another site started is refused for every route, with keys
+    # on or off, before anything else is looked at.
+    app.add_middleware(CrossSiteWriteGuard)
     # Added last, so it is outermost and also counts what the body limit answers itself.
     app.add_middleware(HttpMetricsMiddleware, counter=responses)
     app.include_router(events.router)

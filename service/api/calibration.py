@@ -6,21 +6,21 @@ takes an admin key; reading the report takes any key of the tenant.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, status
 
 from service.analysis.local_calibration import NotEnoughGoldError, run_local_calibration
 from service.analysis.report import to_jsonable
 from service.analysis.window import resolve_window
 from service.api.analysis import App, Retriever, Since, Until
 from service.http.deps import Caller, StateDep
+from service.http.query_params import Seed
 from service.kernel.clock import utcnow
 from service.store.analysis import EventWindow
 from service.store.engine import session_scope
 
 router = APIRouter(prefix="/v1/calibration", tags=["calibration"])
-Seed = Annotated[int, Query(description="Seed of the query split and the intervals.")]
 RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {
         "description": "A malformed window, or too few gold queries (the detail says how many "

@@ -3,18 +3,20 @@
 A browser cannot add an Authorization header to a page navigation, so the login form opens a
 session (``service.auth.sessions``: a random token with an expiry, never the key itself) kept in an
 HttpOnly, SameSite=Strict cookie, and ``ui_principal`` accepts it beside the API's two headers.
-Logging out ends the session on the server. Changes made with the cookie (recording a miss
-cause) also need the ``X-Requested-By`` header: a cross-site form cannot set it, and a
-cross-site fetch() that does is preflighted and refused, so a page elsewhere cannot act with the
-cookie.
+Logging out ends the session on the server. A write another site started is refused before it
+gets here, for every route (``service.auth.cross_site``); changes made with the cookie (recording
+a miss cause) also need the ``X-Requested-By`` header, which a cross-site form cannot set and a
+cross-site fetch() can only set after a preflight this service refuses, so a browser that sends
+no Sec-Fetch-Site or Origin still cannot act with the cookie from elsewhere.
 """
 
 from __future__ import annotations
 
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from fastapi import HTTPException, Request, status
 
+from service.auth.cross_site import SAFE_METHODS
 from service.auth.gate import check_credential
 from service.auth.keys import ANONYMOUS, Principal
 from service.auth.parts import AuthParts
@@ -23,28 +25,10 @@ from service.auth.sessions import SESSION_SECONDS
 COOKIE_MAX_AGE_SECONDS = SESSION_SECONDS
 UI_HEADER = "x-requested-by"
 UI_HEADER_VALUE = "retrieval-monitor-ui"
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-def cross_site(request: Request) -> bool:
-    """True when the browser says the request was started by another site.
-
-    Sec-Fetch-Site and Origin are set by the browser and cannot be forged by a page; clients that
-    are not browsers send neither and pass.
-    """
-    fetch_site = request.headers.get("sec-fetch-site")
-    if fetch_site is not None:
-        return fetch_site not in ("same-origin", "same-site", "none")
-    origin = request.headers.get("origin")
-    if origin is None or origin == "null":
-        return origin == "null"
-    return urlsplit(origin).netloc != request.headers.get("host", "")
 
 
 def _resolve(request: Request, state: AuthParts) -> Principal | None:
     """The caller, or None when no usable key came (the caller decides how to say so)."""
-    if request.method not in SAFE_METHODS and cross_site(request):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="cross-site request refused")
     if not state.runtime.settings.auth_required:
         return ANONYMOUS
     credential = check_credential(request.headers, state.keys, state.sessions)

@@ -18,7 +18,6 @@ from service.auth.browser import (
     COOKIE_MAX_AGE_SECONDS,
     UI_HEADER,
     UI_HEADER_VALUE,
-    cross_site,
     safe_next,
     served_over_tls,
 )
@@ -229,8 +228,6 @@ def login_form(request: Request, state: StateDep) -> Response:
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request, state: StateDep) -> Response:
     """Check the key and keep it in an HttpOnly cookie the browser sends back to this site only."""
-    if cross_site(request):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="cross-site request refused")
     body = await request.body()
     if len(body) > MAX_LOGIN_BODY:
         raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, detail="login form too large")
@@ -264,8 +261,6 @@ async def login(request: Request, state: StateDep) -> Response:
 @router.post("/logout")
 def logout(request: Request, state: StateDep) -> Response:
     """End the session on the server (a copy of the cookie stops working) and drop the cookie."""
-    if cross_site(request):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="cross-site request refused")
     token = request.cookies.get(COOKIE_NAME)
     if token:
         state.sessions.close(token)

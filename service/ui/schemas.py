@@ -11,6 +11,8 @@ from service.store.models import MAX_NOTE_CHARS, MissCauseKind
 
 
 class MissCauseIn(StorableBody):
+    """A store keeps the note as it came: no NUL, no lone surrogate (``StorableBody``)."""
+
     cause: MissCauseKind = Field(description="Why the gold passage did not reach the prompt.")
     note: str | None = Field(
         None, max_length=MAX_NOTE_CHARS, description="Free text; required when cause is other."
