@@ -27,7 +27,9 @@ from urllib.parse import quote, unquote_to_bytes
 SEPARATOR = ":"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 # The structures ``structured_key`` takes: what JSON writes back as the same value.
-Structure = str | int | bool | None | list["Structure"] | tuple["Structure", ...] | dict[str, "Structure"]
+Structure = (
+    str | int | bool | None | list["Structure"] | tuple["Structure", ...] | dict[str, "Structure"]
+)
 
 
 def _encoded(part: str) -> str:
