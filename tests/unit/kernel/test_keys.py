@@ -158,11 +158,39 @@ def compared(name: str, drawn: tuple[Any, ...]) -> tuple[Any, ...]:
     return drawn
 
 
+# Separators a key joined by hand would use; ``shifted`` moves the boundary of two adjacent
+# parts across one of them, which is how two inputs of a joined key collide.
+SEPARATORS = (":", "|", "/", "\x1f", "\x00", ",", "%3A")
+
+
+def shifted(drawn: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """Inputs next to ``drawn``: one separator more or less at a boundary between two parts
+    (also inside a part that is itself a tuple of strings)."""
+    variants = []
+    for i, value in enumerate(drawn):
+        if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+            variants += [(*drawn[:i], inner, *drawn[i + 1 :]) for inner in shifted(value)]
+        if i + 1 == len(drawn) or not (isinstance(value, str) and isinstance(drawn[i + 1], str)):
+            continue
+        after = drawn[i + 1]
+        for separator in SEPARATORS:
+            moved = [(value + separator + after[:1], after[1:]), (value[:-1], value[-1:] + after)]
+            if separator in value:
+                head, _, tail = value.partition(separator)
+                moved.append((head, tail + separator + after))
+            variants += [(*drawn[:i], left, right, *drawn[i + 2 :]) for left, right in moved]
+    return variants
+
+
 def assert_injective(name: str, builder: Builder, inputs: Sequence[tuple[Any, ...]]) -> None:
     _, build = builder
     seen: dict[object, tuple[Any, ...]] = {}
-    for drawn in inputs:
-        key = build(*drawn)
+    near = [v for drawn in inputs if compared(name, drawn) == drawn for v in shifted(drawn)]
+    for drawn in [*inputs, *near]:
+        try:
+            key = build(*drawn)
+        except ValueError:  # a shifted digest is no digest: refused, never a key
+            continue
         identity = compared(name, drawn)
         earlier = seen.setdefault(key, identity)
         assert earlier == identity, f"{name}: {earlier!r} and {identity!r} give {key!r}"
@@ -300,7 +328,7 @@ def hand_built(expression: ast.AST) -> list[ast.AST]:
 
 def key_expressions(tree: ast.Module) -> list[ast.AST]:
     """Where a key or hash input is made: arguments of hashlib calls and digest updates, of
-    Redis calls and scripts (``keys=``), values returned by functions named for keys, and values
+    Redis calls and scripts (``keys=``, ``args=``), values returned by functions named for keys, and values
     bound to names holding ``key`` or ``prefix``."""
     found: list[ast.AST] = []
     for node in ast.walk(tree):
@@ -311,7 +339,7 @@ def key_expressions(tree: ast.Module) -> list[ast.AST]:
             )
             if hashing or "redis" in receiver or "pipe" in receiver:
                 found += [*node.args, *(k.value for k in node.keywords)]
-            found += [k.value for k in node.keywords if k.arg == "keys"]
+            found += [k.value for k in node.keywords if k.arg in {"keys", "args"}]
         elif isinstance(node, ast.FunctionDef) and "key" in node.name.lower():
             found += [n.value for n in ast.walk(node) if isinstance(n, ast.Return) and n.value]
         elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
