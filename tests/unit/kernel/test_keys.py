@@ -328,8 +328,8 @@ def hand_built(expression: ast.AST) -> list[ast.AST]:
 
 def key_expressions(tree: ast.Module) -> list[ast.AST]:
     """Where a key or hash input is made: arguments of hashlib calls and digest updates, of
-    Redis calls and scripts (``keys=``, ``args=``), values returned by functions named for keys, and values
-    bound to names holding ``key`` or ``prefix``."""
+    Redis calls and scripts (``keys=``, ``args=``), values returned by functions named for
+    keys, and values bound to names holding ``key`` or ``prefix``."""
     found: list[ast.AST] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and called_name(node) not in MECHANISM:
