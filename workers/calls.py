@@ -141,6 +141,6 @@ def wait_for_judge_budget(runtime: Runtime, sleep: Callable[[float], None] = tim
     rate = runtime.settings.judge_calls_per_second
     if rate <= 0:
         return
-    bucket = TokenBucket(runtime.redis, "judge", rate, burst=max(1.0, rate))
+    bucket = TokenBucket(runtime.redis, ("judge",), rate, burst=max(1.0, rate))
     while not (decision := bucket.take()).allowed:
         sleep(min(decision.retry_after_seconds, 5.0))

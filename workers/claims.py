@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from redis import Redis
 from redis.exceptions import RedisError
 
+from service.kernel.keys import redis_key
 from service.store.judging import JudgeIdentity
 
 # Deletes each key only if it still holds this holder's token: a claim that expired and was
@@ -81,7 +82,7 @@ def holder_is_gone(token: str, host: str | None = None) -> bool:
 class EventClaims:
     def __init__(self, redis: Redis, who: JudgeIdentity, ttl_seconds: float) -> None:
         self.redis = redis
-        self.prefix = f"judging:{who.judge}:{who.prompt_version}:"
+        self.who = who
         self.ttl_ms = max(1, int(ttl_seconds * 1000))
         self.token = f"{socket.gethostname()}|{os.getpid()}|{uuid.uuid4().hex[:12]}"
 
@@ -159,4 +160,4 @@ class EventClaims:
         }
 
     def _key(self, pk: int) -> str:
-        return f"{self.prefix}{pk}"
+        return redis_key("judging", self.who.judge, self.who.prompt_version, str(pk))

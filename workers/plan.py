@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from service.kernel.keys import digest_key
 from service.store.judging import EventForJudging
 from workers.judge.base import JudgeReply
 from workers.judge.prompt import JudgeRequest
@@ -25,7 +26,7 @@ KnownLabels = dict[tuple[str, str, str], int]
 def context_cache_key(event: EventForJudging) -> str:
     # The rating is of the set of passages the prompt carries, whatever their order.
     top_k = sorted(p.content_hash for p in event.passages[: event.k])
-    return "ctx:" + hashlib.sha256("".join(top_k).encode()).hexdigest()
+    return "ctx:" + hashlib.sha256(digest_key(*top_k).encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from service.ingest.judge_queue import (
     waiting_event_pks,
 )
 from service.kernel.clock import utcnow
+from service.kernel.keys import composite_key
 from service.kernel.queue_names import urgent_queue
 from service.kernel.settings import OVERRIDABLE, Settings, get_settings
 from service.spend.budget import BudgetExhaustedError
@@ -163,7 +164,9 @@ def _give_up(rt: Runtime, current: Judge, event_pk: int, reason: str) -> None:
                 "prompt_version": who.prompt_version,
             },
         )
-        rt.aggregates.add_once(f"failed:{event_pk}:{who.judge}:{who.prompt_version}", delta)
+        rt.aggregates.add_once(
+            composite_key("failed", str(event_pk), who.judge, who.prompt_version), delta
+        )
 
 
 @app.task(name=JUDGE_SLICE_TASK, bind=True)  # type: ignore[untyped-decorator]

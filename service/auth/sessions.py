@@ -12,14 +12,16 @@ import secrets
 
 from redis import Redis
 
+from service.kernel.keys import redis_key
+
 COOKIE_NAME = "rm_ui_session"
-SESSION_PREFIX = "rm:ui:session:"
+SESSION_NAMESPACE = "rm:ui:session"
 SESSION_SECONDS = 12 * 3600
 
 
-def _record_key(token: str) -> str:
+def record_key(token: str) -> str:
     # Only a digest of the token is stored: reading Redis does not give a usable cookie.
-    return SESSION_PREFIX + hashlib.sha256(token.encode()).hexdigest()
+    return redis_key(SESSION_NAMESPACE, hashlib.sha256(token.encode()).hexdigest())
 
 
 class SessionStore:
@@ -29,15 +31,15 @@ class SessionStore:
 
     def open(self, key_digest: str) -> str:
         token = secrets.token_urlsafe(32)
-        self.redis.set(_record_key(token), key_digest, ex=self.lifetime_seconds)
+        self.redis.set(record_key(token), key_digest, ex=self.lifetime_seconds)
         return token
 
     def key_digest(self, token: str) -> str | None:
         """The hash of the API key the session was opened with, or None when it ended."""
-        value = self.redis.get(_record_key(token))
+        value = self.redis.get(record_key(token))
         if value is None:
             return None
         return value.decode() if isinstance(value, bytes) else str(value)
 
     def close(self, token: str) -> None:
-        self.redis.delete(_record_key(token))
+        self.redis.delete(record_key(token))

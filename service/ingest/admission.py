@@ -69,7 +69,7 @@ class Admission:
         settings = self.runtime.settings
         return TokenBucket(
             self.runtime.redis,
-            f"tenant:{tenant}",
+            ("tenant", tenant),
             settings.tenant_events_per_second,
             settings.tenant_burst_events,
         )

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from redis import Redis
 
+from service.kernel.keys import redis_key
+
 _TAKE = """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
@@ -39,9 +41,11 @@ class Decision:
 
 
 class TokenBucket:
-    def __init__(self, redis: Redis, name: str, rate_per_second: float, burst: float) -> None:
+    def __init__(
+        self, redis: Redis, name: tuple[str, ...], rate_per_second: float, burst: float
+    ) -> None:
         self.redis = redis
-        self.key = f"rm:ratelimit:{name}"
+        self.key = redis_key("rm:ratelimit", *name)
         self.rate = rate_per_second
         self.burst = max(burst, 1.0)
         self._take = redis.register_script(_TAKE)

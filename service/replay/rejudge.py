@@ -15,7 +15,6 @@ gives stored events scores under the new prompt version beside their old ones.
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -26,12 +25,13 @@ from celery import Celery
 from tqdm import tqdm
 
 from service.ingest.judge_queue import JUDGE_TASK
+from service.kernel.keys import redis_key, structured_key
 from service.spend.budget import Budget
 from service.store import spend as spend_repository
 from service.store.engine import session_scope
 from service.wiring.runtime import Runtime
 
-CURSOR_PREFIX = "rm:rejudge:"
+CURSOR_NAMESPACE = "rm:rejudge"
 CURSOR_TTL_SECONDS = 30 * 86400
 
 
@@ -52,7 +52,7 @@ class RejudgePlan:
     def run_id(self) -> str:
         fields = asdict(self)
         del fields["since"], fields["until"]
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(structured_key(fields).encode()).hexdigest()[:16]
 
     @property
     def target_judge(self) -> str | None:
@@ -73,6 +73,11 @@ class RejudgePlan:
         """
         target = self.target_judge
         return None if target == workers_model else target
+
+
+def cursor_key(plan: RejudgePlan) -> str:
+    """Where a run keeps how far it got, so the same command resumes it."""
+    return redis_key(CURSOR_NAMESPACE, plan.run_id)
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,7 @@ class Rejudge:
         self.budget = Budget(runtime.redis, runtime.settings)
 
     def cursor_key(self, plan: RejudgePlan) -> str:
-        return CURSOR_PREFIX + plan.run_id
+        return cursor_key(plan)
 
     def cursor(self, plan: RejudgePlan) -> int:
         value = self.runtime.redis.get(self.cursor_key(plan))

@@ -18,12 +18,12 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import quote, unquote
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from redis import Redis
 
+from service.kernel.keys import composite_parts, redis_key
 from service.kernel.settings import Settings
 from service.store.models import DEFAULT_TENANT
 from service.telemetry.aggregates import Delta
@@ -127,21 +127,30 @@ class Refusal:
     retry_after_seconds: float  # until that window resets
 
 
-# Tenant and app names are free text: quoted (":" and the glob characters escaped) so a key
-# parses back into its pair, and a scan pattern never matches by accident.
-KEY_PREFIX = "rm:spend:"
-
-
-def _part(name: str) -> str:
-    return quote(name, safe="")
+# Tenant and app names are free text: a window counter's key is a ``redis_key``, whose parts are
+# percent-encoded (":" and the glob characters too), so a key parses back into its pair, and a
+# scan pattern never matches by accident.
+NAMESPACE = "rm:spend"
+KEY_PREFIX = NAMESPACE + ":"
 
 
 def owner_of(key: str) -> tuple[str, str] | None:
     """(tenant, app) of a window counter's key; None for a key of another shape."""
-    parts = key.removeprefix(KEY_PREFIX).split(":")
-    if not key.startswith(KEY_PREFIX) or len(parts) != 4:
+    if not key.startswith(KEY_PREFIX):
         return None
-    return unquote(parts[0]), unquote(parts[1])
+    parts = composite_parts(key.removeprefix(KEY_PREFIX))
+    return (parts[0], parts[1]) if len(parts) == 4 else None
+
+
+def window_keys(tenant: str, app: str, now: float) -> tuple[str, str, str, str]:
+    """The counters of a (tenant, app) pair at ``now``: tokens and dollars, hour and day."""
+    hour, day = int(now // 3600), int(now // 86400)
+    return (
+        redis_key(NAMESPACE, tenant, app, "tokens", f"h{hour}"),
+        redis_key(NAMESPACE, tenant, app, "tokens", f"d{day}"),
+        redis_key(NAMESPACE, tenant, app, "dollars", f"h{hour}"),
+        redis_key(NAMESPACE, tenant, app, "dollars", f"d{day}"),
+    )
 
 
 class Budget:
@@ -151,14 +160,7 @@ class Budget:
         self._reserve = redis.register_script(_RESERVE)
 
     def keys(self, tenant: str, app: str, now: float) -> tuple[str, str, str, str]:
-        hour, day = int(now // 3600), int(now // 86400)
-        owner = f"{KEY_PREFIX}{_part(tenant)}:{_part(app)}"
-        return (
-            f"{owner}:tokens:h{hour}",
-            f"{owner}:tokens:d{day}",
-            f"{owner}:dollars:h{hour}",
-            f"{owner}:dollars:d{day}",
-        )
+        return window_keys(tenant, app, now)
 
     def reserve(
         self,

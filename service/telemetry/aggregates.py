@@ -23,6 +23,7 @@ from typing import Final
 from redis import Redis
 from redis.client import Pipeline
 
+from service.kernel.keys import structured_key
 from service.telemetry.cardinality import OVERFLOW, LabelSet, LabelSetCap
 from service.telemetry.metrics import FAMILIES, Family
 
@@ -140,7 +141,7 @@ def _parse(key: bytes | str) -> tuple[str, tuple[str, ...], int, int] | None:
 # over: encoding each once saves a json.dumps per increment on the ingest path.
 @functools.lru_cache(maxsize=16384)
 def _field(family: str, labels: tuple[str, ...], part: str = "") -> str:
-    return json.dumps([family, labels, part], separators=(",", ":"))
+    return structured_key([family, list(labels), part])
 
 
 @functools.lru_cache(maxsize=16384)

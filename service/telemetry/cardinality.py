@@ -9,6 +9,10 @@ pipeline lag) keep an app that at least one admitted set carries.
 
 Each process remembers the answers for ``MEMORY_SECONDS``, so the hot path asks Redis only about
 label sets it has not seen lately. If Redis loses the sets, the cap starts counting again.
+
+A set's identity in Redis is its ``composite_key``: label values may hold any character, and two
+different sets must never count as one already admitted. The keys carry ``v2`` since the identity
+changed; the sets admitted under the former keys are counted afresh.
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ from typing import TypeVar
 
 from redis import Redis
 
+from service.kernel.keys import composite_key
+
 OVERFLOW = "__overflow__"
-SETS_KEY = "rm:metrics:label_sets"
-PER_TENANT_KEY = "rm:metrics:label_sets:per_tenant"
-APPS_KEY = "rm:metrics:label_sets:apps"
+SETS_KEY = "rm:metrics:label_sets:v2"
+PER_TENANT_KEY = "rm:metrics:label_sets:v2:per_tenant"
+APPS_KEY = "rm:metrics:label_sets:v2:apps"
 MEMORY_SECONDS = 60.0
-_SEPARATOR = "\x1f"
 K = TypeVar("K")
 
 # Admits a set if it is known, or if both caps leave room; 1 when admitted, 0 when past a cap.
@@ -53,6 +58,16 @@ class LabelSet:
     environment: str
 
 
+def label_set_member(labels: LabelSet) -> str:
+    """The identity of a label set among the admitted ones."""
+    return composite_key(labels.tenant, labels.app, labels.retriever, labels.environment)
+
+
+def app_member(tenant: str, app: str) -> str:
+    """The identity of a tenant's app among the apps of admitted sets."""
+    return composite_key(tenant, app)
+
+
 class LabelSetCap:
     def __init__(self, redis: Redis, per_tenant: int, overall: int) -> None:
         self.redis = redis
@@ -71,11 +86,9 @@ class LabelSetCap:
             self._admit(
                 keys=[SETS_KEY, PER_TENANT_KEY, APPS_KEY],
                 args=[
-                    _SEPARATOR.join(
-                        (labels.tenant, labels.app, labels.retriever, labels.environment)
-                    ),
+                    label_set_member(labels),
                     labels.tenant,
-                    _SEPARATOR.join((labels.tenant, labels.app)),
+                    app_member(labels.tenant, labels.app),
                     self.per_tenant,
                     self.overall,
                 ],
@@ -92,7 +105,7 @@ class LabelSetCap:
         known = self._apps.get((tenant, app))
         if known is not None and now - known[0] < MEMORY_SECONDS:
             return known[1]
-        admitted = bool(self.redis.sismember(APPS_KEY, _SEPARATOR.join((tenant, app))))
+        admitted = bool(self.redis.sismember(APPS_KEY, app_member(tenant, app)))
         self._remember(self._apps, (tenant, app), now, admitted)
         return admitted
 
@@ -100,7 +113,7 @@ class LabelSetCap:
         """``admits_app`` of many (tenant, app) pairs in one round trip (a scrape's gauges)."""
         if not owners:
             return []
-        members = [_SEPARATOR.join(owner) for owner in owners]
+        members = [app_member(tenant, app) for tenant, app in owners]
         return [bool(found) for found in self.redis.smismember(APPS_KEY, members)]
 
     def _remember(

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from service.kernel.keys import composite_key
 from service.measures.catalogue import MEASURES
 from service.store.judging import EventForJudging, JudgeIdentity, StoredScore
 from service.telemetry.aggregates import Delta
@@ -51,7 +52,7 @@ class ExportLabels:
 
 def done_key(event_pk: int, judge: str, prompt_version: str) -> str:
     """The marker that makes an event's export happen once, whoever does it."""
-    return f"{event_pk}:{judge}:{prompt_version}"
+    return composite_key(str(event_pk), judge, prompt_version)
 
 
 def score_delta(

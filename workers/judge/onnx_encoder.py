@@ -31,6 +31,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from service.kernel.keys import composite_key
 from workers.judge.onnx_graph import (
     ATTENTION_MASK,
     INPUT_IDS,
@@ -161,7 +162,7 @@ def cache_key(folder: ModelFolder, precision: Precision) -> str:
         for chunk in iter(lambda: weights.read(1 << 20), b""):
             digest.update(chunk)
     digest.update((folder.path / "config.json").read_bytes())
-    digest.update(f"{GRAPH_VERSION}:{precision}:{folder.max_tokens}".encode())
+    digest.update(composite_key(str(GRAPH_VERSION), precision, str(folder.max_tokens)).encode())
     if precision == "int8":
         digest.update(onnxruntime.__version__.encode())
     return digest.hexdigest()[:16]

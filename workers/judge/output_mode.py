@@ -22,11 +22,12 @@ import openai
 from redis import Redis
 from redis.exceptions import RedisError
 
+from service.kernel.keys import composite_key, redis_key
 from workers.judge.prompt import OUTPUT_MODES, OutputMode
 
 log = logging.getLogger(__name__)
 
-KEY_PREFIX = "rm:judge:output_mode:"
+NAMESPACE = "rm:judge:output_mode"
 # How long a process trusts what it knows before reading the shared memory again.
 LOCAL_REFRESH_SECONDS = 60.0
 _REJECTION_WORDS = ("response_format", "json_schema", "json_object")
@@ -62,8 +63,8 @@ def is_format_rejection(exc: openai.APIStatusError) -> bool:
 
 
 def mode_key(base_url: str, model: str) -> str:
-    digest = hashlib.sha256(f"{base_url.rstrip('/')}\x00{model}".encode()).hexdigest()[:32]
-    return KEY_PREFIX + digest
+    endpoint = composite_key(base_url.rstrip("/"), model)
+    return redis_key(NAMESPACE, hashlib.sha256(endpoint.encode()).hexdigest()[:32])
 
 
 class OutputModes:

@@ -45,6 +45,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from service.kernel.hashing import text_hash
+from service.kernel.keys import composite_key
+
 PROMPT_VERSION = "v3"
 
 SYSTEM_PROMPT = (
@@ -197,9 +200,8 @@ def presentation_order(request: JudgeRequest) -> list[int]:
     names the top-k as p1..pK, so they must stay the first K markers. Seeding by content makes
     a redelivered task ask the very same question.
     """
-    digest = hashlib.sha256(request.query.encode())
-    for text in request.passages:
-        digest.update(b"\x00" + hashlib.sha256(text.encode()).digest())
+    content = composite_key(request.query, *map(text_hash, request.passages))
+    digest = hashlib.sha256(content.encode())
     rng = random.Random(int.from_bytes(digest.digest()[:8], "big"))
     head = min(request.top_k_count, len(request.passages)) if request.rate_context else 0
     first = list(range(head))

@@ -30,11 +30,13 @@ import numpy.typing as npt
 from redis import Redis
 from redis.exceptions import RedisError
 
+from service.kernel.keys import composite_key, composite_parts, redis_key
+
 log = logging.getLogger(__name__)
 
 F32 = npt.NDArray[np.float32]
 
-KEY_PREFIX = "rm:vectors:"
+NAMESPACE = "rm:vectors"
 # Lua's stack takes a few thousand arguments; a slice asks for far fewer, longer lists are split.
 _CHUNK = 1000
 
@@ -68,7 +70,13 @@ def vector_version(judge: str, encoder_version: str, backend: str, dim: int) -> 
     ``sim-v1-int8``), the encoder backend and the width. Vectors of one version are never read
     under another: int8 vectors differ from float32 ones, and even the two float32 backends
     differ in the last bits, which would make a cached grade differ from a fresh one."""
-    return f"{judge}:{encoder_version}:{backend}:{dim}"
+    return composite_key(judge, encoder_version, backend, str(dim))
+
+
+def vector_keys(version: str) -> tuple[str, str]:
+    """The hash of a vector version's vectors and the sorted set of their last use."""
+    parts = composite_parts(version)
+    return redis_key(NAMESPACE, *parts), redis_key(NAMESPACE, *parts, "used")
 
 
 class RedisVectors:
@@ -81,7 +89,7 @@ class RedisVectors:
         self.dim = dim
         self.max_entries = max_entries
         self._redis = redis
-        self._keys = [KEY_PREFIX + version, KEY_PREFIX + version + ":used"]
+        self._keys = list(vector_keys(version))
         self._read = redis.register_script(_READ)
         self._write = redis.register_script(_WRITE)
 

