@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from service.kernel.bounded_cache import BoundedCache
 from service.kernel.hashing import text_hash
+from service.kernel.keys import composite_key
 
 _WORD = re.compile(r"\w+")
 # On ASCII text ``\w`` is exactly letters, digits and underscore: mapping every other ASCII
@@ -213,7 +214,7 @@ def shingle_prefix(text: str, threshold: float) -> tuple[int, ...]:
     popular passages again and again, and a hit costs a hash and a lookup instead of building
     ~150 shingles, while the cache never holds a text.
     """
-    key = f"{text_hash(text)}:{threshold!r}"
+    key = composite_key(text_hash(text), repr(threshold))
     known = PREFIX_CACHE.get(key)
     if known is not None:
         return known

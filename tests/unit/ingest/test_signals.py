@@ -127,7 +127,7 @@ def test_empty_or_repetitive_lists_look_bad_short_ones_do_not() -> None:
     assert not looks_bad(signals([TEXT, TEXT, "x y z", "p q r"], [None] * 4))  # 1 of 4 repeats
 
 
-PURE_KERNEL = {"service.kernel.bounded_cache", "service.kernel.hashing"}
+PURE_KERNEL = {"service.kernel.bounded_cache", "service.kernel.hashing", "service.kernel.keys"}
 
 
 def test_the_hot_path_modules_are_pure() -> None:
