@@ -19,6 +19,7 @@ import zlib
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.auth.gate import BODY_LIMIT_STATE
+from service.kernel.asgi_answer import send_answer
 
 RETRY_AFTER_SECONDS = 2
 
@@ -162,13 +163,6 @@ class _Body:
 
 async def _error(send: Send, status: int, message: str, retry_after: int | None = None) -> None:
     payload = json.dumps({"detail": message}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode()),
-        # The body may be half read: the connection cannot carry another request.
-        (b"connection", b"close"),
-    ]
-    if retry_after is not None:
-        headers.append((b"retry-after", str(retry_after).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
+    # The body may be half read: the connection cannot carry another request.
+    headers = [] if retry_after is None else [(b"retry-after", str(retry_after).encode())]
+    await send_answer(send, status, payload, close=True, headers=headers)

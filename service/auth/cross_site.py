@@ -23,6 +23,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth.gate import key_from_headers
+from service.kernel.asgi_answer import send_answer
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # What a browser sends for a request started by this very site, a sibling on the same site, or
@@ -69,17 +70,5 @@ class CrossSiteWriteGuard:
         ):
             await self.app(scope, receive, send)
             return
-        payload = json.dumps({"detail": REFUSAL}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 403,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(payload)).encode()),
-                    # The body, if any, is never read: the connection is not kept for the next.
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
+        # The body, if any, is never read: the connection is not kept for the next request.
+        await send_answer(send, 403, json.dumps({"detail": REFUSAL}).encode(), close=True)

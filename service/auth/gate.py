@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.auth.keys import KeyStore, Principal
 from service.auth.sessions import COOKIE_NAME, SessionStore
 from service.ingest.otlp.responses import MEDIA_TYPES, request_encoding, status_body
+from service.kernel.asgi_answer import send_answer
 
 PRINCIPAL_STATE = "principal"
 # The tenant of a caller identified by a key or by the pages' session, for counting its rejections.
@@ -126,16 +127,6 @@ async def refuse(scope: Scope, send: Send, message: str) -> None:
         encoding = request_encoding(headers.get("content-type", "")) or "protobuf"
         payload = status_body(401, message, encoding)
         media_type = MEDIA_TYPES[encoding]
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", media_type.encode()),
-                (b"content-length", str(len(payload)).encode()),
-                (b"www-authenticate", b"Bearer"),
-                (b"connection", b"close"),
-            ],
-        }
+    await send_answer(
+        send, 401, payload, media_type, close=True, headers=[(b"www-authenticate", b"Bearer")]
     )
-    await send({"type": "http.response.body", "body": payload})

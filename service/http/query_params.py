@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl
 from fastapi import Query
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.kernel.asgi_answer import send_answer
 from service.kernel.storable import text_problem
 
 # Longer than any app, retriever, judge name, moment or page address a filter compares with.
@@ -82,14 +83,4 @@ class QueryParamsGuard:
         where = ["query", name] if name else ["query"]
         error = {"loc": where, "msg": problem, "type": "value_error"}
         payload = json.dumps({"detail": message, "errors": [error]}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 422,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(payload)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
+        await send_answer(send, 422, payload)

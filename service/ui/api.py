@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from service.http.deps import StateDep, UiCaller
 from service.kernel.clock import as_utc, utcnow
+from service.kernel.schemas import ERROR_RESPONSES
 from service.store import events as event_store
 from service.store import gold as gold_store
 from service.store import pages as page_store
@@ -18,7 +19,8 @@ from service.store.pages import UNCLASSIFIED
 from service.ui.filters import EventFilter, TimeWindow
 from service.ui.schemas import CauseCountsView, MissCauseIn, MissCauseView
 
-router = APIRouter(tags=["misses"])
+# A malformed query answers the application's error body, as every other router documents.
+router = APIRouter(tags=["misses"], responses={422: ERROR_RESPONSES[422]})
 
 
 def _view(event: Event, cause: MissCause) -> MissCauseView:
