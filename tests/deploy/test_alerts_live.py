@@ -38,6 +38,7 @@ from deploy import generate, rules
 from deploy.config import load
 from service.api.app import create_app
 from service.kernel.settings import Settings
+from service.process.embedded import free_port
 from service.store.migrate import upgrade
 from tests.support.environment import REDIS_URL, make_settings
 from tests.support.fake_llm.fixture import FakeLLM
@@ -84,13 +85,6 @@ def expected_ndcg(grades: tuple[int, ...], k: int) -> float:
     dcg = sum(g / math.log2(i + 2) for i, g in enumerate(top))
     ideal = sum(g / math.log2(i + 2) for i, g in enumerate(sorted(top, reverse=True)))
     return dcg / ideal
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # --- the webhook receiver that stands for the pager -------------------------------------------
