@@ -16,11 +16,13 @@ class Flushes:
     def __init__(self, fail_first: bool = False) -> None:
         self.calls: list[list[int]] = []
         self.threads: list[str] = []
+        self.attempts = 0
         self._fail_first = fail_first
         self._lock = threading.Lock()
 
     def __call__(self, items: list[int]) -> None:
         with self._lock:
+            self.attempts += 1
             if self._fail_first:
                 self._fail_first = False
                 raise RuntimeError("a bad item")
@@ -128,7 +130,8 @@ def test_a_failing_flush_is_logged_and_the_thread_goes_on() -> None:
     worker = BackgroundWorker("sturdy", flushes, 0.02)
     try:
         worker.put([1])
-        time.sleep(0.1)  # the first flush raised: its items are gone, the thread is not
+        # The first flush raised: its items are gone, the thread is not.
+        wait_for(lambda: flushes.attempts == 1, timeout=10, interval=0.01)
         worker.put([2])
         wait_for(lambda: flushes.items == [2], timeout=10, interval=0.01)
     finally:
