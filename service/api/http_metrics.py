@@ -7,6 +7,7 @@ thread, so a request pays no Redis round trip for them; a crash loses at most a 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -21,12 +22,23 @@ FLUSH_SECONDS = 1.0
 class HttpResponseCounter:
     def __init__(self, aggregates: Aggregates) -> None:
         self.aggregates = aggregates
+        # Counts per (route template, status class): between two flushes the process holds one
+        # entry per pair answered, however many requests there were.
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
         self._worker: BackgroundWorker[tuple[str, str]] = BackgroundWorker(
             "http-metrics", self._export, FLUSH_SECONDS
         )
 
     def record(self, route: str, status: int) -> None:
-        self._worker.put([(route, f"{status // 100}xx")])
+        answer = (route, f"{status // 100}xx")
+        with self._lock:
+            first = answer not in self._counts
+            self._counts[answer] += 1
+        if first:
+            # The worker is handed a pair once per flush: the flush that takes it exports every
+            # count held by then.
+            self._worker.put([answer])
 
     def flush(self) -> None:
         self._worker.flush()
@@ -37,9 +49,13 @@ class HttpResponseCounter:
     def stop(self) -> None:
         self._worker.close(timeout=5)
 
-    def _export(self, answers: list[tuple[str, str]]) -> None:
+    def _export(self, _answered: list[tuple[str, str]]) -> None:
+        with self._lock:
+            counts, self._counts = self._counts, Counter()
+        if not counts:
+            return
         delta = Delta()
-        for (route, status_class), count in Counter(answers).items():
+        for (route, status_class), count in counts.items():
             delta.inc("http_responses", {"route": route, "status_class": status_class}, count)
         try:
             self.aggregates.add(delta)

@@ -187,6 +187,9 @@ def all_caches() -> set[str]:
 # the walk cannot tell them apart, so each is named with the work that bounds it.
 ACCUMULATORS: dict[str, str] = {
     "service/kernel/bounded_cache.py:BoundedCache._entries": "the mechanism itself",
+    "service/api/http_metrics.py:HttpResponseCounter._counts": (
+        "answers since the last flush, one entry per route template and status class"
+    ),
     "service/ingest/counts.py:IngestCounts._sets": (
         "one commit group's counts by label set, added to a Delta and dropped with the group"
     ),
