@@ -32,7 +32,14 @@ Structure = (
 )
 
 
+# What percent-encoding leaves as it is; such a part (a digest, a number, most names) is its own
+# encoding, and skipping the encoder keeps keys built on every ingested passage cheap.
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
 def _encoded(part: str) -> str:
+    if _UNRESERVED.fullmatch(part):
+        return part
     return quote(part.encode("utf-8", "surrogatepass"), safe="")
 
 
