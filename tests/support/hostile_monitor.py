@@ -102,10 +102,17 @@ class HostileMonitor:
         if behaviour == "unavailable":
             head += "Retry-After: whenever\r\n"
         length = len(payload) * 2 if behaviour == "short_body" else len(payload)
-        conn.sendall(f"{head}Content-Length: {length}\r\n\r\n".encode() + payload)
-        if behaviour != "short_body":
+        counted = 0 if behaviour == "short_body" else acknowledged
+        # Counted before the answer leaves: once the client has read it, the test may compare
+        # its books with this count at once. Taken back if the answer could not be sent.
+        with self._lock:
+            self.acknowledged += counted
+        try:
+            conn.sendall(f"{head}Content-Length: {length}\r\n\r\n".encode() + payload)
+        except OSError:
             with self._lock:
-                self.acknowledged += acknowledged
+                self.acknowledged -= counted
+            raise
 
     def _payload(self, path: str, body: bytes, behaviour: str) -> tuple[str, bytes, int]:
         """The status line, the body, and how many events it acknowledges."""
