@@ -18,11 +18,16 @@ from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
 from service.auth.cross_site import CrossSiteWriteGuard
 from service.auth.gate import TENANT_STATE, AuthGateMiddleware
 from service.http.query_params import QueryParamsGuard
-from service.http.redaction_scope import RedactionScopeMiddleware
+from service.http.request_scope import RequestScopeMiddleware
 from service.http.state import AppState
 from service.ingest.counts import count_refused
 from service.ingest.validate import empty_retrieval_labels
 from service.kernel.settings import Settings
+from service.kernel.validation_errors import (
+    breaks_a_count_limit,
+    errors_summary,
+    reported_errors,
+)
 from service.store.db_check import warn_if_statistics_go_stale
 from service.store.models import DEFAULT_TENANT
 from service.telemetry.rebuild import ensure_aggregates
@@ -71,13 +76,15 @@ def create_app(settings: Settings) -> FastAPI:
     )
     add_docs(app)
     app.state.rm = state
-    # Innermost: every route's body is validated, and so masked, inside this scope.
-    app.add_middleware(RedactionScopeMiddleware, redactor=runtime.redactor)
+    # Innermost: every route's body is validated, and so counted and masked, inside this scope.
+    app.add_middleware(RequestScopeMiddleware, redactor=runtime.redactor, settings=settings)
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
         timeout_seconds=settings.body_timeout_seconds,
         budget=InflightBudget(settings.max_inflight_body_bytes),
+        max_items=settings.max_body_items,
+        max_depth=settings.max_body_depth,
     )
     # Every route's query string is checked before routing: a value no filter, store or
     # computation can take is a 422, never a failure deeper in.
@@ -106,26 +113,20 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        failures = exc.errors()
         if request.url.path.startswith("/v1/events") and request.method == "POST":
             empty = empty_retrieval_labels(exc.body)
+            reason = "empty_retrieval" if empty else "invalid"
             count_refused(
                 runtime.aggregates,
                 getattr(request.state, TENANT_STATE, DEFAULT_TENANT),
-                "empty_retrieval" if empty else "invalid",
+                "limits" if breaks_a_count_limit(failures) else reason,
                 empty_retrieval=empty,
             )
-        # Locations can hold the client's own keys: escaped, so no lone surrogate reaches the
-        # UTF-8 answer.
-        errors = [
-            {
-                "loc": [p if isinstance(p, int) else _printable(str(p)) for p in e.get("loc", ())],
-                "msg": _printable(str(e.get("msg", ""))),
-                "type": e.get("type", ""),
-            }
-            for e in exc.errors()
-        ]
-        message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
-        return JSONResponse(status_code=422, content={"detail": message, "errors": errors})
+        return JSONResponse(
+            status_code=422,
+            content={"detail": errors_summary(failures), "errors": reported_errors(failures)},
+        )
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -139,7 +140,3 @@ def create_app(settings: Settings) -> FastAPI:
         )
 
     return app
-
-
-def _printable(text: str) -> str:
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -4,9 +4,13 @@
   ``service.auth.gate``), so a small gzip body cannot expand into memory.
 - One body in time: a client that has not sent its whole body within ``timeout_seconds`` is
   answered 408 and its connection closed, so a half-sent request cannot stay open.
-- All bodies at once: the bytes held by requests still being read never exceed the
+- One body's work: a JSON body may hold at most ``max_items`` items nested at most
+  ``max_depth`` deep (``service/kernel/json_shape.py``), counted on its bytes before anything is
+  decoded, and answered 413 past either; decoding costs memory by the item, not the byte.
+- All bodies at once: what requests still being read or handled hold, their bytes and what
+  their items will cost decoded (``DECODED_BYTES_PER_ITEM`` each), never exceeds the
   ``InflightBudget``; past it a request is answered 503 with Retry-After. This is the bound on
-  what slow clients can hold in the process's memory together.
+  what slow or hostile clients can make the process hold together.
 """
 
 from __future__ import annotations
@@ -20,8 +24,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.auth.gate import BODY_LIMIT_STATE
 from service.kernel.asgi_answer import send_answer
+from service.kernel.json_shape import json_shape
 
 RETRY_AFTER_SECONDS = 2
+# What one JSON item costs once decoded and validated, at most: measured for the worst body of
+# every route (tests/integration/api/test_decoding_memory.py), with room to spare.
+DECODED_BYTES_PER_ITEM = 512
 
 
 class InflightBudget:
@@ -52,11 +60,15 @@ class BodyLimitMiddleware:
         max_bytes: int,
         timeout_seconds: float = 30.0,
         budget: InflightBudget | None = None,
+        max_items: int = 100_000,
+        max_depth: int = 64,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.timeout_seconds = timeout_seconds
         self.budget = budget or InflightBudget(max_bytes * 8)
+        self.max_items = max_items
+        self.max_depth = max_depth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in {"POST", "PUT", "PATCH"}:
@@ -68,9 +80,52 @@ class BodyLimitMiddleware:
             if body is None:
                 return
             held = len(body.data)
+            decoded = await self._decoding_cost(body, send)
+            if decoded is None:
+                return
+            held += decoded
             await self.app(body.scope, body.replay, send)
         finally:
             self.budget.give_back(held)
+
+    async def _decoding_cost(self, body: _Body, send: Send) -> int | None:
+        """What decoding the body will cost, taken from the budget; None once answered."""
+        content_type = _header(body.scope, b"content-type")
+        if "json" not in content_type and content_type.strip():
+            return 0  # a form (bounded by its parser) or protobuf (by its decoder)
+        shape = json_shape(body.data, self.max_items, self.max_depth)
+        if shape.items > self.max_items:
+            await _error(
+                send,
+                413,
+                f"body holds {shape.items} JSON items > max_body_items {self.max_items}",
+            )
+            return None
+        if shape.depth > self.max_depth:
+            await _error(
+                send,
+                413,
+                f"body nests {shape.depth} levels deep > max_body_depth {self.max_depth}",
+            )
+            return None
+        cost = shape.items * DECODED_BYTES_PER_ITEM
+        if len(body.data) + cost > self.budget.limit:  # would never fit: retrying cannot help
+            await _error(
+                send,
+                413,
+                f"body would hold about {len(body.data) + cost} bytes decoded > "
+                f"max_inflight_body_bytes {self.budget.limit}",
+            )
+            return None
+        if not self.budget.take(cost):
+            await _error(
+                send,
+                503,
+                "too many request bodies in flight; retry later",
+                retry_after=RETRY_AFTER_SECONDS,
+            )
+            return None
+        return cost
 
     async def _read(self, scope: Scope, receive: Receive, send: Send) -> _Body | None:
         state = scope.get("state", {})
@@ -152,6 +207,13 @@ class BodyLimitMiddleware:
                 if k.lower() not in {b"content-encoding", b"content-length"}
             ] + [(b"content-length", str(len(body)).encode())]
         return _Body(scope, body, replay)
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return str(value.decode("latin-1")).lower()
+    return ""
 
 
 class _Body:

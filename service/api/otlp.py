@@ -92,7 +92,7 @@ def _export(request: Request, state: AppState, body: bytes, encoding: Encoding) 
         return otlp_error(503, "temporarily unable to check the API key", encoding, unavailable)
 
     try:
-        decoded = decode(body, encoding, SELECT)
+        decoded = decode(body, encoding, SELECT, settings.max_body_items)
     except PayloadError as exc:
         return otlp_error(400, str(exc), encoding)
     mapped = map_request(decoded, MappingConfig.from_settings(settings))

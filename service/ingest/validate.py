@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from service.ingest.redact import redact_event
 from service.kernel.schemas import EventIn, check_limits
+from service.kernel.validation_errors import breaks_a_count_limit, errors_summary
 from service.wiring.runtime import Runtime
 
 
@@ -30,8 +31,12 @@ def validate(raw: dict[str, Any] | EventIn, runtime: Runtime) -> EventIn | Rejec
     try:
         event = raw if isinstance(raw, EventIn) else EventIn.model_validate(raw)
     except ValidationError as exc:
+        failures = exc.errors(include_url=False)
+        message = errors_summary(failures, empty_loc="body")
+        if breaks_a_count_limit(failures):
+            return Rejection(event_id, "limits", message)
         empty = empty_retrieval_labels(raw)
-        return Rejection(event_id, "empty_retrieval" if empty else "invalid", _explain(exc), empty)
+        return Rejection(event_id, "empty_retrieval" if empty else "invalid", message, empty)
     problems = check_limits(event, runtime.settings)
     if problems:
         return Rejection(event_id, "limits", "; ".join(problems))
@@ -51,11 +56,3 @@ def empty_retrieval_labels(raw: object) -> dict[str, str] | None:
         return None
     limit = 100
     return {k: v[:limit] if isinstance(v, str) else "" for k, v in labels.items()}
-
-
-def _explain(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in error["loc"]) or "body"
-        parts.append(f"{where}: {error['msg']}")
-    return "; ".join(parts)

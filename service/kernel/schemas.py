@@ -14,6 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from service.kernel.client_text import Verbatim, mask_body_in_place
+from service.kernel.count_limits import CountedBody, CountLimit
 from service.kernel.settings import Settings
 from service.kernel.storable import check_body, check_moment, check_text, nesting_depth
 
@@ -24,9 +25,10 @@ MAX_LABEL_COLUMN_CHARS = 100
 PassageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
 
 
-class StorableBody(BaseModel):
+class StorableBody(CountedBody):
     """A request body whose every key and value, at any depth, a store can keep
-    (``service/kernel/storable.py``); checked on the raw body before the fields are read.
+    (``service/kernel/storable.py``); checked on the raw body before the fields are read, after
+    its lists are counted (``service/kernel/count_limits.py``).
 
     Every free text of it is masked once its fields are valid, with the redactor of the request
     being served (``service/kernel/client_text.py``): the one gate of a client's text.
@@ -110,7 +112,7 @@ class EventIn(StorableBody):
         description="The text the retriever got.",
         json_schema_extra={"minLength": 1, "pattern": r"\S"},
     )
-    passages: list[PassageIn] = Field(
+    passages: Annotated[list[PassageIn], CountLimit("max_passages", "passages")] = Field(
         description="Ranked passages; order is rank.", json_schema_extra={"minItems": 1}
     )
     # Strict: JSON true is not 1, nor "3" three.
@@ -120,10 +122,12 @@ class EventIn(StorableBody):
         description="How many passages the prompt carries (default: all). Passages after k "
         "(up to 2k) only estimate the number of relevant passages.",
     )
-    candidates: list[CandidateIn] | None = Field(
-        None, description="The first-stage list when a reranker sits before the prompt."
+    candidates: Annotated[list[CandidateIn] | None, CountLimit("max_candidates", "candidates")] = (
+        Field(None, description="The first-stage list when a reranker sits before the prompt.")
     )
-    gold_passage_ids: list[PassageId] | None = Field(
+    gold_passage_ids: Annotated[
+        list[PassageId] | None, CountLimit("max_gold_ids", "gold_passage_ids")
+    ] = Field(
         None,
         description="Hand-marked passage ids that answer the query (gold traffic): at least "
         "one; a repeated id counts once. Leave the field out when no passage is marked.",
@@ -246,12 +250,12 @@ def check_feedback_limits(feedback: FeedbackIn, settings: Settings) -> list[str]
     return []
 
 
-class BatchIn(BaseModel):
+class BatchIn(CountedBody):
     model_config = ConfigDict(extra="forbid")
 
-    events: list[dict[str, Any]] = Field(
-        description="Events as in POST /v1/events; each is validated on its own."
-    )
+    events: Annotated[
+        list[dict[str, Any]], CountLimit("max_batch_events", "events in one batch")
+    ] = Field(description="Events as in POST /v1/events; each is validated on its own.")
 
 
 class FeedbackIn(StorableBody):

@@ -156,6 +156,21 @@ class Settings(BaseSettings):
         "several API processes (api_workers) the bound of the whole API is this times their "
         "number.",
     )
+    max_body_items: int = Field(
+        100_000,
+        ge=100,
+        description="Most JSON items (objects, arrays, and the members or elements after the "
+        "first in each) one request body may hold, counted on its bytes before it is decoded; "
+        "past it the request is answered 413. Decoding costs memory by the item, not by the "
+        "byte: this bounds what one body can make the process hold (docs/security.md).",
+    )
+    max_body_depth: int = Field(
+        64,
+        ge=8,
+        le=256,
+        description="Deepest nesting of objects and arrays in a JSON request body, counted "
+        "before it is decoded; past it the request is answered 413.",
+    )
     max_unauthenticated_body_bytes: int = Field(
         65_536,
         ge=1024,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic import BaseModel
 
 from service.auth.cross_site import SAFE_METHODS
 
@@ -45,3 +46,18 @@ def every_route(app: FastAPI) -> list[RouteAddress]:
 def state_changing_routes(app: FastAPI) -> list[RouteAddress]:
     """Every route of a method that may change something: all but GET, HEAD and OPTIONS."""
     return [route for route in every_route(app) if route.method not in SAFE_METHODS]
+
+
+def body_models(app: FastAPI) -> dict[RouteAddress, type[BaseModel]]:
+    """The JSON body model of every route that declares one."""
+    models: dict[RouteAddress, type[BaseModel]] = {}
+    for route in app.routes:
+        contexts = getattr(route, "effective_route_contexts", None)
+        for context in contexts() if contexts is not None else ():
+            dependant = getattr(context.original_route, "dependant", None)
+            for param in getattr(dependant, "body_params", None) or ():
+                model = param.field_info.annotation
+                if isinstance(model, type) and issubclass(model, BaseModel):
+                    for method in getattr(context.original_route, "methods", None) or ():
+                        models[RouteAddress(method, context.path)] = model
+    return models

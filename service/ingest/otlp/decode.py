@@ -25,6 +25,8 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from service.ingest.otlp.wire_items import WireError, wire_items_over
+
 Encoding = Literal["protobuf", "json"]
 Attributes = Mapping[str, object]
 # Attribute key -> the values (compared in upper case) that make a span worth converting.
@@ -56,17 +58,25 @@ class DecodedRequest:
     total_spans: int
 
 
-def decode(body: bytes, encoding: Encoding, select: Selector) -> DecodedRequest:
+def decode(body: bytes, encoding: Encoding, select: Selector, max_items: int) -> DecodedRequest:
+    """The request's spans; a protobuf body of more than ``max_items`` fields is refused before
+    it is parsed (a JSON one was counted by the body limit already)."""
     if encoding == "protobuf":
-        return decode_protobuf(body, select)
+        return decode_protobuf(body, select, max_items)
     return decode_json(body, select)
 
 
 # --- protobuf ------------------------------------------------------------------------------------
 
 
-def decode_protobuf(body: bytes, select: Selector) -> DecodedRequest:
+def decode_protobuf(body: bytes, select: Selector, max_items: int) -> DecodedRequest:
     request = ExportTraceServiceRequest()
+    try:
+        items = wire_items_over(body, ExportTraceServiceRequest.DESCRIPTOR, max_items)
+    except WireError as exc:
+        raise PayloadError(f"body is not a protobuf ExportTraceServiceRequest: {exc}") from None
+    if items is not None:
+        raise PayloadError(f"body holds more than {max_items} protobuf fields (max_body_items)")
     try:
         request.ParseFromString(body)
     except (DecodeError, RecursionError) as exc:

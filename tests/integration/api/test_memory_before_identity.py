@@ -9,26 +9,16 @@ move no metric, and a body that never completes must be answered 408 and closed.
 from __future__ import annotations
 
 import gzip
-import os
 import selectors
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
-from service.auth.keys import key_hash, new_key
-from service.kernel.clock import utcnow
-from service.process.embedded import free_port
-from service.store import keys as keys_repository
-from service.store.engine import make_engine, session_scope
-from service.store.migrate import upgrade
-from tests.support.paths import REPO_ROOT
+from tests.support.served import Served, serve_with_key
 
 MIB = 1024 * 1024
 CONNECTIONS = 40
@@ -44,68 +34,15 @@ INFLATING_BODY = gzip.compress(b'{"app": "' + b"a" * INFLATED_BYTES)
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
 
 
-@dataclass
-class Served:
-    url: str
-    port: int
-    process: subprocess.Popen[bytes]
-    key: str
-
-    def rss(self) -> int:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
-
-
 @pytest.fixture
 def served(tmp_path: Path, redis_url: str) -> Iterator[Served]:
-    database_url = f"sqlite:///{tmp_path / 'rm.db'}"
-    upgrade(database_url)
-    key = new_key()
-    engine = make_engine(database_url)
-    with session_scope(engine) as session:
-        keys_repository.add_key(session, "acme", key_hash(key), "", True, utcnow())
-        session.commit()
-    engine.dispose()
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RM_")}
-    env.update(
-        {
-            "RM_DATABASE_URL": database_url,
-            "RM_REDIS_URL": redis_url,
-            "RM_DATA_DIR": str(tmp_path / "var"),
-            "RM_AUTH_REQUIRED": "true",
-            "RM_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT_SECONDS),
-            "RM_MAX_INFLIGHT_BODY_BYTES": str(INFLIGHT_BUDGET),
-            "RM_LOG_JSON": "false",
-            "PYTHONPATH": str(REPO_ROOT),
-        }
-    )
-    log = (tmp_path / "serve.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--no-worker", "--port", str(port)],
-        env=env,
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        assert process.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-        assert time.monotonic() < deadline, "serve did not come up"
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.2)
-    try:
-        yield Served(url, port, process, key)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
+    with serve_with_key(
+        tmp_path,
+        redis_url,
+        RM_BODY_TIMEOUT_SECONDS=str(BODY_TIMEOUT_SECONDS),
+        RM_MAX_INFLIGHT_BODY_BYTES=str(INFLIGHT_BUDGET),
+    ) as server:
+        yield server
 
 
 def endless_gzip_request(port: int, key: str | None) -> socket.socket:

@@ -141,7 +141,9 @@ def test_each_capture_gives_one_event_per_retrieval(
     from service.ingest.otlp.mapping import SELECT, event_id_for
 
     for want in expected:
-        spans = decode((folder / want["file"]).read_bytes(), "protobuf", SELECT).spans
+        spans = decode(
+            (folder / want["file"]).read_bytes(), "protobuf", SELECT, Settings().max_body_items
+        ).spans
         (event_id,) = [event_id_for(span) for span in spans]
         stored = capture_client.get(f"/v1/events/{event_id}").json()
         assert stored["status"] == "pending"

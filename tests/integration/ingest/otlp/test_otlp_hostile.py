@@ -159,7 +159,10 @@ def test_documents_sharing_one_id_get_distinct_ids_in_one_pass() -> None:
         )
     span = {"traceId": "1" * 32, "spanId": "2" * 16, "name": "r", "attributes": attributes}
     body = json.dumps(export_request([span])).encode()
-    mapped = map_request(decode(body, "json", SELECT), MappingConfig.from_settings(Settings()))
+    mapped = map_request(
+        decode(body, "json", SELECT, Settings().max_body_items),
+        MappingConfig.from_settings(Settings()),
+    )
     ids = [p["id"] for p in mapped.events[0]["passages"]]
     assert ids[:3] == ["same", "same#2", "same#3"]
     assert len(set(ids)) == count

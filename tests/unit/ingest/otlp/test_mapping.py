@@ -72,7 +72,7 @@ def test_a_retriever_span_without_documents_is_skipped_and_other_spans_are_not_d
     )
     llm = span_pb("LLM.complete", {"openinference.span.kind": "LLM", "input.value": "hi"}, "02" * 8)
     http = span_pb("GET /", {"http.method": "GET"}, span_id="0000000000000003")
-    decoded = decode(request_body(nested, llm, http), "protobuf", SELECT)
+    decoded = decode(request_body(nested, llm, http), "protobuf", SELECT, Settings().max_body_items)
     assert decoded.total_spans == 3
     assert [s.name for s in decoded.spans] == ["ToyRetriever._retrieve"]
     result = map_request(decoded, MappingConfig.from_settings(Settings()))
@@ -229,8 +229,8 @@ def test_unusable_retrieval_spans_are_rejections_with_a_reason() -> None:
 
 def test_otlp_json_decodes_to_the_same_spans_as_protobuf() -> None:
     body = request_body(span_pb("R", retriever_attributes("q", DOCS, flag=True, ids=["x", "y"])))
-    from_pb = decode(body, "protobuf", SELECT)
-    from_json = decode(as_otlp_json(body), "json", SELECT)
+    from_pb = decode(body, "protobuf", SELECT, Settings().max_body_items)
+    from_json = decode(as_otlp_json(body), "json", SELECT, Settings().max_body_items)
     assert from_json == from_pb
     assert from_pb.spans[0].attributes["ids"] == ["x", "y"]
 
@@ -241,7 +241,7 @@ def test_otlp_json_decodes_to_the_same_spans_as_protobuf() -> None:
     span["start_time_unix_nano"] = int(span.pop("startTimeUnixNano"))
     span["attributes"].append({"key": "n", "value": {"intValue": "7"}})
     span["attributes"].append({"key": "x", "value": {"doubleValue": "NaN"}})
-    (decoded,) = decode(json.dumps(loose).encode(), "json", SELECT).spans
+    (decoded,) = decode(json.dumps(loose).encode(), "json", SELECT, Settings().max_body_items).spans
     assert decoded.start_time_unix_nano == START_NS
     assert decoded.attributes["n"] == 7
 
@@ -262,9 +262,9 @@ def test_otlp_json_decodes_to_the_same_spans_as_protobuf() -> None:
 )
 def test_malformed_json_is_a_payload_error(body: bytes, message: str) -> None:
     with pytest.raises(PayloadError, match=message):
-        decode(body, "json", SELECT)
+        decode(body, "json", SELECT, Settings().max_body_items)
 
 
 def test_a_non_protobuf_body_is_a_payload_error() -> None:
     with pytest.raises(PayloadError):
-        decode(b"\xff\xff\xff\xff", "protobuf", SELECT)
+        decode(b"\xff\xff\xff\xff", "protobuf", SELECT, Settings().max_body_items)
