@@ -51,7 +51,8 @@ class QueueState:
 def draw_sample(
     session: Session, window: EventWindow, seed: int, target: int
 ) -> list[SampleCandidate]:
-    return draw(gold_store.sample_candidates(session, window.conditions()), seed, target)
+    pool = gold_store.sample_candidates(session, window.conditions(), seed, window.max_events)
+    return draw(pool, seed, target)
 
 
 def queue_state(
@@ -66,8 +67,7 @@ def queue_state(
     sample = draw_sample(session, window, seed, target)
     pks = [c.pk for c in sample]
     labels = gold_store.labels_of(session, pks)
-    in_sample = set(pks)
-    events = [e for e in repo.gold_events_in_window(session, window) if e.pk in in_sample]
+    events = repo.gold_events_in_window(session, window, among=pks)
     ids = repo.passage_ids(session, pks)
     questions = gold_events(events, ids)
     report = analyze_gold(questions, reps=reps) if questions else None

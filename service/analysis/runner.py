@@ -35,6 +35,8 @@ class AnalysisRequest:
     cutoffs: tuple[int, ...] = CUTOFFS
     reps: int = 1000
     seed: int = 0
+    # Gold events are read apart from the window's event budget, up to this many.
+    max_gold_events: int = MAX_GOLD_EVENTS
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def _load(
         # Gold traffic is scarce and precious: keep all of it even when live traffic fills
         # the event budget.
         known = {e.pk for e in events}
-        gold_window = replace(request.window, max_events=MAX_GOLD_EVENTS)
+        gold_window = replace(request.window, max_events=request.max_gold_events)
         events += [e for e in repo.gold_events_in_window(session, gold_window) if e.pk not in known]
     judges = repo.judges_in_window(session, request.window)
     if chosen is None:

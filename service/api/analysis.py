@@ -10,6 +10,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from service.analysis.report import to_jsonable
 from service.analysis.runner import (
     DEFAULT_MAX_EVENTS,
+    MAX_GOLD_EVENTS,
     AnalysisRequest,
     run_analysis,
     run_comparison,
@@ -60,12 +61,13 @@ def _request(
             app=app,
             retriever=retriever,
             tenant=tenant,
-            max_events=max_events,
+            max_events=min(max_events, settings.max_read_events),
         ),
         judge=judge,
         prompt_version=prompt_version,
         relevance_threshold=settings.relevance_threshold,
         alpha=settings.alpha,
+        max_gold_events=min(MAX_GOLD_EVENTS, settings.max_read_events),
     )
 
 

@@ -44,10 +44,15 @@ def _calibrate(
         window_start, window_end = resolve_window(since, until, now)
     except ValueError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(exc)) from None
-    window = EventWindow(
-        since=window_start, until=window_end, app=app, retriever=retriever, tenant=tenant
-    )
     settings = state.runtime.settings
+    window = EventWindow(
+        since=window_start,
+        until=window_end,
+        app=app,
+        retriever=retriever,
+        tenant=tenant,
+        max_events=settings.max_read_events,
+    )
     try:
         with session_scope(state.runtime.engine) as session:
             outcome = run_local_calibration(

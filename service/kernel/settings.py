@@ -171,6 +171,15 @@ class Settings(BaseSettings):
         description="Deepest nesting of objects and arrays in a JSON request body, counted "
         "before it is decoded; past it the request is answered 413.",
     )
+    max_read_events: int = Field(
+        20_000,
+        ge=10,
+        description="Most events one read holds in the process, so no page or API read grows "
+        "with the window: an analysis (its max_events is clamped to this, and its gold events "
+        "are at most as many again), a calibration's gold events, and the labelling queue's "
+        "pool, a sample of the window drawn in SQL by the queue's seed. A window holding more "
+        "is read as its most recent (or sampled) events, and an analysis says it was cut.",
+    )
     max_unauthenticated_body_bytes: int = Field(
         65_536,
         ge=1024,

@@ -156,9 +156,23 @@ def events_in_window(session: Session, window: EventWindow) -> tuple[list[Analys
     return with_labels(session, window, [_event(row) for row in rows]), truncated
 
 
-def gold_events_in_window(session: Session, window: EventWindow) -> list[AnalysisEvent]:
+def gold_events_in_window(
+    session: Session, window: EventWindow, among: Sequence[int] | None = None
+) -> list[AnalysisEvent]:
     """Only the window's events that carry gold ids, sent with them or marked later (at most
-    ``max_events``, most recent)."""
+    ``max_events``, most recent), and only those of the ``among`` primary keys when given."""
+    if among is None:
+        return _gold_events(session, window, [])
+    return [
+        event
+        for chunk in _chunks(list(among))
+        for event in _gold_events(session, window, [col(Event.id).in_(chunk)])
+    ]
+
+
+def _gold_events(
+    session: Session, window: EventWindow, narrower: list[ColumnElement[bool]]
+) -> list[AnalysisEvent]:
     # JSON None is stored as the JSON text null; casting to text compares the same way on
     # SQLite and PostgreSQL (whose json type has no equality operator).
     as_text = cast(col(Event.gold_passage_ids), String)
@@ -168,7 +182,8 @@ def gold_events_in_window(session: Session, window: EventWindow) -> list[Analysi
             or_(
                 and_(col(Event.gold_passage_ids).is_not(None), as_text.not_in(["null", "[]"])),
                 gold_store.has_label(),
-            )
+            ),
+            *narrower,
         )
         .limit(window.max_events)
     ).all()

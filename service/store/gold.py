@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import exists, select
+from sqlalchemy import BigInteger, cast, exists, func, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session, col
 
@@ -157,21 +157,37 @@ class SampleCandidate:
     query: str
 
 
+# The pool of the labelling queue, when a window holds more events than it may, is a sample
+# drawn in SQL: the events with the smallest (pk * A + seed) mod P, a multiplicative hash (A is
+# Knuth's 2^32/phi, P the first prime over 2^32) that both stores compute the same way and that
+# the seed reshuffles. Within the pool the sampler draws by SHA-256 as for a smaller window.
+_SHUFFLE_FACTOR = 2654435761
+_SHUFFLE_PRIME = 4294967311
+# Queries are compared (for "no question twice") on this many first characters.
+QUESTION_CHARS = 500
+
+
 def sample_candidates(
-    session: Session, conditions: Sequence[ColumnElement[bool]]
+    session: Session,
+    conditions: Sequence[ColumnElement[bool]],
+    seed: int,
+    limit: int | None,
 ) -> list[SampleCandidate]:
-    """Every event matching ``conditions`` (a window), as the sampler needs it."""
-    rows = session.execute(
-        select(
-            col(Event.id),
-            col(Event.event_id),
-            col(Event.app),
-            col(Event.retriever),
-            col(Event.query),
-        )
-        .where(*conditions)
-        .order_by(col(Event.id))
-    ).all()
+    """The events matching ``conditions`` (a window) as the sampler needs them: all of them, or
+    ``limit`` of them drawn by ``seed`` when the window holds more."""
+    statement = select(
+        col(Event.id),
+        col(Event.event_id),
+        col(Event.app),
+        col(Event.retriever),
+        func.substr(col(Event.query), 1, QUESTION_CHARS),
+    ).where(*conditions)
+    if limit is not None:
+        pk = cast(col(Event.id), BigInteger)  # 64-bit arithmetic on PostgreSQL too
+        factor, prime = literal(_SHUFFLE_FACTOR, BigInteger), literal(_SHUFFLE_PRIME, BigInteger)
+        shuffled = (pk * factor + literal(seed, BigInteger)) % prime
+        statement = statement.order_by(shuffled, col(Event.id)).limit(limit)
+    rows = session.execute(statement).all()
     return [SampleCandidate(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4])) for r in rows]
 
 

@@ -139,6 +139,7 @@ def label_page(request: Request, state: StateDep, caller: PageCaller) -> Respons
         app=address.app,
         retriever=address.retriever,
         tenant=caller.tenant,
+        max_events=state.runtime.settings.max_read_events,
     )
     wanted = request.query_params.get("event")
     with session_scope(state.runtime.engine) as session:
