@@ -8,6 +8,7 @@ own in PostgreSQL, so nothing else on those servers is touched.
 from __future__ import annotations
 
 import os
+import random
 import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -41,6 +42,15 @@ SKIPS_ALLOWED_IN_CI = (
     "set RM_UI_SCREENSHOTS_DIR",  # writes the docs' screenshots when asked to
     "numpy's BLAS is not an OpenBLAS",  # the thread-count check needs OpenBLAS's own API
 )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With RM_TEST_SHUFFLE_SEED set, the tests run in an order drawn from that seed: a test
+    that passes only after (or before) another shows up in a run with another order."""
+    seed = os.environ.get("RM_TEST_SHUFFLE_SEED")
+    if seed:
+        random.Random(int(seed)).shuffle(items)
+        print(f"tests shuffled with RM_TEST_SHUFFLE_SEED={seed}")
 
 
 @pytest.hookimpl(hookwrapper=True)
