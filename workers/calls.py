@@ -71,7 +71,7 @@ def call_judge(
     # Later rounds only ask less (what an earlier round taught is known by then).
     plan_events(work, known)
     prepared = judge.prepare(
-        [judge_request(item.event, item.plan) for item in work if item.plan.send]
+        [judge_request(item.event, item.plan, item.scope) for item in work if item.plan.send]
     )
     calls.vectors = prepared.vectors
     judge = prepared.judge
@@ -112,7 +112,7 @@ def _ask(runtime: Runtime, judge: Judge, item: EventWork) -> tuple[JudgeReply, D
     """One judge call for one event, within its tenant's app's budget and the shared call
     rate."""
     event, who = item.event, judge.identity
-    request = judge_request(event, item.plan)
+    request = judge_request(event, item.plan, item.scope)
     held = reserve_call(
         runtime, event.tenant, event.app, who.model, [event.query, *request.passages]
     )

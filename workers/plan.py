@@ -112,12 +112,13 @@ def learn(item: EventWork, known: KnownLabels) -> None:
         known[(item.scope, item.query_hash, item.ctx_key)] = item.reply.context_rating
 
 
-def judge_request(event: EventForJudging, plan: Plan) -> JudgeRequest:
+def judge_request(event: EventForJudging, plan: Plan, scope: str) -> JudgeRequest:
     return JudgeRequest(
         query=event.query,
         passages=tuple(event.passages[i].text for i in plan.send),
         rate_context=plan.rate_context,
         top_k_count=min(event.k, len(event.passages)) if plan.rate_context else 0,
+        scope=scope,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from functools import cache
+from functools import cache, lru_cache
 
 from celery import Task
 
@@ -71,7 +71,9 @@ def judge() -> Judge:
     return configured
 
 
-@cache
+# A judge holds an HTTP client or an encoder model: only the re-judge run under way and the one
+# before it are kept, whatever sets of overrides the queue carries.
+@lru_cache(maxsize=2)
 def judge_with(overrides: tuple[tuple[str, str], ...]) -> Judge:
     """A judge built from the worker's settings with some judge settings replaced (re-judging).
 

@@ -37,7 +37,7 @@ from service.store.judging import JudgeIdentity
 from workers.judge.base import JudgeReply, PreparedSlice, VectorUse
 from workers.judge.encoders import Backend, load_encoder, resolve_backend
 from workers.judge.prompt import JudgeRequest
-from workers.judge.vectors import F32, RedisVectors, vector_version
+from workers.judge.vectors import F32, RedisVectors, vector_field, vector_version
 
 if TYPE_CHECKING:
     from workers.judge.text_encoder import TextEncoder
@@ -141,16 +141,25 @@ class LocalJudge:
         vectors where kept, the rest (each distinct text once) in one encoder call."""
         started = time.perf_counter()
         queries = list(dict.fromkeys(request.query for request in requests))
-        # Keyed by the content hash the store gives the same text.
-        passages = {text_hash(text): text for request in requests for text in request.passages}
+        # Keyed by the content hash the store gives the same text; kept in Redis under each
+        # requesting scope, and read only under the scope of a request that has the text.
+        passages: dict[str, str] = {}
+        fields: dict[str, str] = {}  # shared field -> content hash
+        for request in requests:
+            for text in request.passages:
+                content_hash = text_hash(text)
+                passages[content_hash] = text
+                fields[vector_field(request.scope, content_hash)] = content_hash
         vectors = self.vectors
-        cached = vectors.get_many(list(passages)) if vectors is not None and passages else {}
+        kept = vectors.get_many(list(fields)) if vectors is not None and fields else {}
+        cached = {fields[field]: vector for field, vector in kept.items()}
         missing = [content_hash for content_hash in passages if content_hash not in cached]
         texts = queries + [passages[content_hash] for content_hash in missing]
         encoded = self.encoder.encode(texts) if texts else np.zeros((0, 0), dtype=np.float32)
         new = {content_hash: encoded[len(queries) + i] for i, content_hash in enumerate(missing)}
-        if vectors is not None and new:
-            vectors.put_many(new)
+        if vectors is not None and len(kept) < len(fields):
+            made = {**cached, **new}
+            vectors.put_many({f: made[h] for f, h in fields.items() if f not in kept})
         ready = _SliceJudge(
             self,
             dict(zip(queries, encoded, strict=False)),

@@ -107,6 +107,9 @@ class JudgeRequest:
     passages: tuple[str, ...]
     rate_context: bool
     top_k_count: int
+    # Whose derived data the call's by-products are (``derived_scope``): the local judge keeps
+    # its passage vectors under it, so one tenant never reads a vector another tenant's text made.
+    scope: str = ""
 
 
 def system_message(request: JudgeRequest) -> str:

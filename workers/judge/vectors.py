@@ -10,9 +10,12 @@ as a miss, a failed write is dropped.
 
 Layout, per vector version (see ``vector_version``):
 
-- ``rm:vectors:<version>``: a hash from content hash to the vector's float32 bytes, exactly as
-  the encoder returned them (the int8 encoder's output included: it is float32 too);
-- ``rm:vectors:<version>:used``: a sorted set of the same content hashes by last use, so past
+- ``rm:vectors:<version>``: a hash from ``vector_field(scope, content hash)`` to the vector's
+  float32 bytes, exactly as the encoder returned them (the int8 encoder's output included: it is
+  float32 too). The scope is the tenant whose event made it (``derived_scope``, one shared scope
+  when the deployment shares derived data), so whether a text was seen before by another tenant
+  cannot be told from how fast its vector comes; one bound covers every scope;
+- ``rm:vectors:<version>:used``: a sorted set of the same fields by last use, so past
   ``max_entries`` the least recently used go, in the same script that adds.
 
 About 1.7 KB per vector of 384 numbers (1,536 bytes, the hash field, the sorted-set entry), so
@@ -73,6 +76,11 @@ def vector_version(judge: str, encoder_version: str, backend: str, dim: int) -> 
     return composite_key(judge, encoder_version, backend, str(dim))
 
 
+def vector_field(scope: str, content_hash: str) -> str:
+    """The field a vector is kept under: whose derived data it is, and the text's hash."""
+    return composite_key(scope, content_hash)
+
+
 def vector_keys(version: str) -> tuple[str, str]:
     """The hash of a vector version's vectors and the sorted set of their last use."""
     parts = composite_parts(version)
@@ -80,7 +88,7 @@ def vector_keys(version: str) -> tuple[str, str]:
 
 
 class RedisVectors:
-    """Vectors by content hash for one vector version, bounded to ``max_entries``."""
+    """Vectors by field (``vector_field``) for one vector version, bounded to ``max_entries``."""
 
     def __init__(self, redis: Redis, version: str, dim: int, max_entries: int) -> None:
         if max_entries < 1:

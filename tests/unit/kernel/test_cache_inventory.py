@@ -46,8 +46,8 @@ ALLOWED: dict[str, str] = {
     "workers/tasks.py:runtime": "no arguments: one runtime per worker process",
     "workers/tasks.py:_configured_judge": "no arguments: the judge the settings configure",
     "workers/tasks.py:judge_with": (
-        "keyed by the judge settings a re-judge replaces (only OVERRIDABLE names): an "
-        "administrator's rejudge command sends them, one set per run, never a request"
+        "two entries (lru_cache maxsize=2), keyed by the judge settings a re-judge replaces "
+        "(only OVERRIDABLE names): an administrator's rejudge command sends them, one set per run"
     ),
     "workers/judge/embedding.py:_blas_thread_limit": "no arguments: the process's BLAS",
     "service/telemetry/aggregates.py:_field": (

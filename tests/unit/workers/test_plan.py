@@ -58,9 +58,10 @@ def test_a_cached_rating_leaves_only_the_unknown_passages_once_each() -> None:
     plan = plan_call(one, cached)
     assert not plan.rate_context
     assert plan.send == [1, 2]  # the repeated third text goes once
-    request = judge_request(one, plan)
+    request = judge_request(one, plan, "acme")
     assert request.passages == TEXTS[1:]
     assert request.top_k_count == 0
+    assert request.scope == "acme"
 
 
 def test_the_context_key_is_the_top_k_set_whatever_its_order() -> None:
