@@ -136,15 +136,19 @@ def test_two_deliveries_of_one_event_at_once_make_one_judge_call(
 ) -> None:
     settings = fake_judged()
     _runtime, pk = store_event(settings, "twice", "a question", ["first text", "second text"], 2)
-    fake_llm.set_fault("slow", count=None, delay=2)  # long enough for both to be taken at once
+    fake_llm.hold()  # the first delivery's call stays in flight until released
     worker_factory(settings, concurrency=2).start()
     sender = Celery(broker=redis_url)
     for _ in range(2):
         sender.send_task(JUDGE_SLICE_TASK, args=[[pk]], queue=settings.queue_name)
-    wait_for(lambda: db_scalar(settings, "SELECT count(*) FROM scores") == 1, timeout=60)
-    # Both deliveries have been taken (the queue is empty) and the first has finished.
     client = redis.Redis.from_url(redis_url)
-    wait_for(lambda: client.llen(settings.queue_name) == 0, timeout=30)
+    # One call in flight, and the other delivery taken and done with (acknowledged) while it is.
+    wait_for(lambda: fake_llm.stats()["calls"] == 1, timeout=60)
+    wait_for(
+        lambda: client.llen(settings.queue_name) == 0 and client.hlen("unacked") == 1, timeout=60
+    )
+    fake_llm.release()
+    wait_for(lambda: db_scalar(settings, "SELECT count(*) FROM scores") == 1, timeout=60)
     wait_for(lambda: counter(redis_url, "events_judged") == 1, timeout=30)
     assert fake_llm.stats()["calls"] == 1
     assert db_scalar(settings, "SELECT count(*) FROM judge_runs") == 1
@@ -161,17 +165,23 @@ def test_a_judge_call_longer_than_the_claim_lifetime_is_not_asked_again(
     event claimed and leaves it alone."""
     settings = fake_judged(pending_requeue_seconds=1)
     _runtime, pk = store_event(settings, "long", "a question", ["first text", "second text"], 2)
-    fake_llm.set_fault("slow", count=None, delay=4)
+    fake_llm.hold()  # the call lasts until released, however slow the machine
     worker_factory(settings, concurrency=2).start()
     sender = Celery(broker=redis_url)
     sender.send_task(JUDGE_SLICE_TASK, args=[[pk]], queue=settings.queue_name)
     wait_for(lambda: fake_llm.stats()["calls"] == 1, timeout=60)
-    time.sleep(2.0)  # twice the claim's lifetime: unrenewed, it would have expired by now
+    # At least twice the claim's lifetime (a sleep never ends early): unrenewed, it would have
+    # expired by now, and the held call cannot have ended.
+    time.sleep(2.0)
     claim_keys = redis.Redis.from_url(redis_url).keys("judging:*")
     assert len(claim_keys) == 1  # still held
     sender.send_task(JUDGE_SLICE_TASK, args=[[pk]], queue=settings.queue_name)
     client = redis.Redis.from_url(redis_url)
-    wait_for(lambda: client.llen(settings.queue_name) == 0, timeout=30)
+    # The second delivery taken and done with while the call is still held.
+    wait_for(
+        lambda: client.llen(settings.queue_name) == 0 and client.hlen("unacked") == 1, timeout=60
+    )
+    fake_llm.release()
     wait_for(lambda: db_scalar(settings, "SELECT count(*) FROM scores") == 1, timeout=60)
     wait_for(lambda: counter(redis_url, "events_judged") == 1, timeout=30)
     assert fake_llm.stats()["calls"] == 1

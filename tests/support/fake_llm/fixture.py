@@ -65,6 +65,14 @@ class FakeLLM:
         payload = {"mode": mode, "count": count, "retry_after": retry_after, "delay": delay}
         self._post("/_control/faults", payload)
 
+    def hold(self, at_most: float = 300.0) -> None:
+        """Every call from now on waits until ``release`` (or ``at_most`` seconds) to answer:
+        a test holds the judge call to act while it is in flight."""
+        self.set_fault("held", count=None, delay=at_most)
+
+    def release(self) -> None:
+        self._post("/_control/release", {})
+
     def reset(self) -> None:
         self._post("/_control/reset", {})
 

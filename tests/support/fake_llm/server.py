@@ -20,6 +20,7 @@ Control plane::
     POST /_control/labels  {"labels": [{"query": q|null, "passage": p|null, "grade": g}],
                             "default_grade": g, "contexts": [{"query": q|null, "rating": r}]}
     POST /_control/faults  {"mode": m, "count": n|null, "retry_after": s, "delay": s}
+    POST /_control/release  (lets every call held by the "held" mode answer)
     POST /_control/reset
     GET  /_stats
 
@@ -68,7 +69,7 @@ _SPOILED_REPLIES = frozenset(
     {"malformed_json", "grade_out_of_enum", "missing_grades", "finish_length", "fenced_json"}
 )
 FAULT_MODES = frozenset(
-    {"none", "slow", "refusal", _REJECT_ANY_FORMAT, *_ERRORS, *_SPOILED_REPLIES}
+    {"none", "slow", "held", "refusal", _REJECT_ANY_FORMAT, *_ERRORS, *_SPOILED_REPLIES}
 )
 KEPT_REQUESTS = 200
 KEPT_CALL_TIMES = 100_000
@@ -217,9 +218,12 @@ class State:
     rate_limited_times: list[float] = field(default_factory=list)
     faults_served: Counter[str] = field(default_factory=Counter)
     violations: list[dict[str, Any]] = field(default_factory=list)
+    # Calls in the "held" mode wait for this (at most their fault's delay) before answering.
+    gate: threading.Event = field(default_factory=threading.Event)
 
     def reset(self) -> None:
         fresh = State()
+        self.gate.set()  # no call stays held by a reset server
         with self.lock:
             for item in fields(self):
                 if item.name != "lock":
@@ -343,6 +347,7 @@ class Handler(BaseHTTPRequestHandler):
                 "/v1/chat/completions": self._chat,
                 "/_control/labels": self._set_labels,
                 "/_control/faults": self._set_fault,
+                "/_control/release": self._release,
                 "/_control/reset": self._reset,
             }
             route = routes.get(self.path)
@@ -392,6 +397,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         if fault is not None and fault.mode == "slow":
             time.sleep(fault.delay)
+        if fault is not None and fault.mode == "held":
+            state.gate.wait(fault.delay)
         mode = fault.mode if fault else "none"
         self._answer(body, messages, number, mode, reply)
 
@@ -465,7 +472,14 @@ class Handler(BaseHTTPRequestHandler):
             delay=float(body.get("delay", 1.0)),
         )
         with self.server.state.lock:
+            if mode == "held":
+                self.server.state.gate.set()  # calls held before are let go, new ones wait
+                self.server.state.gate = threading.Event()
             self.server.state.fault = fault
+        self._send(HTTPStatus.OK, b"{}")
+
+    def _release(self, body: dict[str, Any]) -> None:
+        self.server.state.gate.set()
         self._send(HTTPStatus.OK, b"{}")
 
     def _reset(self, body: dict[str, Any]) -> None:
