@@ -118,12 +118,7 @@ class BodyLimitMiddleware:
             )
             return None
         if not self.budget.take(cost):
-            await _error(
-                send,
-                503,
-                "too many request bodies in flight; retry later",
-                retry_after=RETRY_AFTER_SECONDS,
-            )
+            await _over_budget(send)
             return None
         return cost
 
@@ -174,12 +169,7 @@ class BodyLimitMiddleware:
                     await _error(send, 413, f"body larger than {max_bytes} bytes")
                     return None
                 if not self.budget.take(len(data)):
-                    await _error(
-                        send,
-                        503,
-                        "too many request bodies in flight; retry later",
-                        retry_after=RETRY_AFTER_SECONDS,
-                    )
+                    await _over_budget(send)
                     return None
                 taken += len(data)
                 chunks.append(data)
@@ -221,6 +211,12 @@ class _Body:
         self.scope = scope
         self.data = data
         self.replay = replay
+
+
+async def _over_budget(send: Send) -> None:
+    await _error(
+        send, 503, "too many request bodies in flight; retry later", retry_after=RETRY_AFTER_SECONDS
+    )
 
 
 async def _error(send: Send, status: int, message: str, retry_after: int | None = None) -> None:

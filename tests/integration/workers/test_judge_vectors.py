@@ -318,9 +318,7 @@ def test_a_tenant_never_reads_a_vector_another_tenants_text_made_unless_sharing_
     tmp_path: Path, redis_url: str, numpy_encoder: TextEncoder, shared: bool
 ) -> None:
     event = Retrieval("how do cells make proteins", PASSAGES[:4], 2)
-    settings = local_settings(
-        tmp_path, "scoped", redis_url, share_derived_across_tenants=shared
-    )
+    settings = local_settings(tmp_path, "scoped", redis_url, share_derived_across_tenants=shared)
     runtime, (first,) = store_retrievals(settings, [event], "a", tenant="tenant-a")
     _, (second,) = store_retrievals(settings, [event], "b", tenant="tenant-b")
     judge = counting_judge(settings, runtime, numpy_encoder)
