@@ -141,6 +141,7 @@ PROJECT: dict[str, Builder] = {
         st.tuples(texts, texts, texts, small_ints),
         vectors.vector_version,
     ),
+    "workers.judge.vectors.vector_field": (st.tuples(texts, texts), vectors.vector_field),
     "workers.judge.vectors.vector_keys": (
         st.lists(texts, min_size=1, max_size=4).map(lambda parts: (keys.composite_key(*parts),)),
         vectors.vector_keys,
