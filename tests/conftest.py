@@ -18,6 +18,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
+from sqlmodel import SQLModel
 
 from service.api.app import create_app
 from service.kernel.settings import Settings
@@ -113,16 +114,14 @@ def postgres_server_url() -> Iterator[str]:
 
 @pytest.fixture
 def postgres_url(postgres_server_url: str) -> str:
-    """The session's PostgreSQL database, migrated and emptied for each test."""
+    """The session's PostgreSQL database, migrated and emptied for each test: every table of
+    the schema (read from the models, so a table added later is emptied too), whatever an
+    earlier test left in it, in whatever order the tests run."""
     upgrade(postgres_server_url)
+    tables = ", ".join(f'"{table.name}"' for table in SQLModel.metadata.sorted_tables)
     engine = create_engine(postgres_server_url)
     with engine.begin() as conn:
-        conn.execute(
-            text(
-                "TRUNCATE events, passages, passage_texts, judgments, judge_runs, label_cache, "
-                "scores, local_judge_calibrations CASCADE"
-            )
-        )
+        conn.execute(text(f"TRUNCATE {tables} CASCADE"))
     engine.dispose()
     return postgres_server_url
 
