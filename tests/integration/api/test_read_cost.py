@@ -9,6 +9,7 @@ per event shows. On both stores.
 
 from __future__ import annotations
 
+import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,8 +61,9 @@ def seed(client: TestClient, start: int, count: int) -> None:
         judge(engine, f"read-{n}", [n % 4, 1, 0, 2])
 
 
-def peaks(client: TestClient) -> dict[str, int]:
-    """Peak bytes allocated while each GET route answers."""
+def peaks(client: TestClient, seconds: dict[str, float] | None = None) -> dict[str, int]:
+    """Peak bytes allocated while each GET route answers (and, into ``seconds``, how long it
+    took: printed, never asserted, as a shared machine's timings decide nothing)."""
     out: dict[str, int] = {}
     for route in every_route(client.app):  # type: ignore[arg-type]
         if route.method != "GET":
@@ -69,7 +71,10 @@ def peaks(client: TestClient) -> dict[str, int]:
         url = route.url(event_id="read-0", name="app.css")
         tracemalloc.reset_peak()
         before = tracemalloc.get_traced_memory()[0]
+        started = time.perf_counter()
         answer = client.get(url, params=PARAMETERS.get(route.path), follow_redirects=True)
+        if seconds is not None:
+            seconds[route.path] = time.perf_counter() - started
         out[route.path] = tracemalloc.get_traced_memory()[1] - before
         assert answer.status_code < 500, (route, answer.text[:500])
     return out
@@ -89,21 +94,26 @@ def client(settings: Settings) -> Iterator[TestClient]:
 
 def test_no_read_costs_memory_in_proportion_to_the_volume(client: TestClient) -> None:
     seed(client, 0, SMALL)
+    small_seconds: dict[str, float] = {}
+    large_seconds: dict[str, float] = {}
     tracemalloc.start()
     try:
         peaks(client)  # first answers build what every later one shares (templates, plans)
-        small = peaks(client)
+        small = peaks(client, small_seconds)
         tracemalloc.stop()
         seed(client, SMALL, SMALL * (GROWTH - 1))
         tracemalloc.start()
         peaks(client)
-        large = peaks(client)
+        large = peaks(client, large_seconds)
     finally:
         tracemalloc.stop()
-    print(f"\npeak bytes per read at {SMALL} and {SMALL * GROWTH} events:")
+    print(f"\npeak bytes and seconds per read at {SMALL} and {SMALL * GROWTH} events:")
     for path in sorted(small):
         ratio = large[path] / max(small[path], 1)
-        print(f"  {small[path]:>11,} {large[path]:>11,}  {ratio:5.1f}x  {path}")
+        print(
+            f"  {small[path]:>11,} {large[path]:>11,}  {ratio:5.1f}x  "
+            f"{small_seconds[path]:6.3f} {large_seconds[path]:6.3f} s  {path}"
+        )
     growing = {
         path: (small[path], large[path])
         for path in small
