@@ -89,9 +89,10 @@ class Settings(BaseSettings):
     local_judge_vector_cache_entries: int = Field(
         50_000,
         ge=0,
-        description="Passage vectors the local judge keeps in Redis for every worker, by encoder "
-        "and content hash, so a passage seen before is not encoded again; past this many the "
-        "least recently used go (about 1.7 KB each: 50,000 take about 85 MB of Redis memory). "
+        description="Passage vectors the local judge keeps in Redis for every worker, by "
+        "encoder, tenant and content hash, so a passage seen before is not encoded again; past "
+        "this many the least recently used go (about 1.7 KB each: 50,000 take about 85 MB of "
+        "Redis memory). "
         "0: no shared vectors (each slice still encodes its passages in one call).",
     )
 
