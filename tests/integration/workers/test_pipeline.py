@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -235,8 +236,17 @@ def test_a_redelivered_task_never_counts_twice(
     from celery import Celery
 
     label_topics(fake_llm, {1: 3})
+    broker = redis.Redis.from_url(llm_settings.redis_url)
+
+    def worker_idle() -> bool:
+        # Nothing queued and nothing taken but unfinished (tasks are acknowledged once they
+        # have run): every task so far has stored and exported what it judged. The event's
+        # status is committed before its export, so the status alone would not say that.
+        return broker.llen(llm_settings.queue_name) == 0 and broker.hlen("unacked") == 0
+
     running.post("/v1/events", json=make_event("once", n=3, query=QUERY))
     wait_status(running, "once")
+    wait_for(worker_idle, timeout=60)
     before = {
         name: metric(running, name)
         for name in (
@@ -257,10 +267,11 @@ def test_a_redelivered_task_never_counts_twice(
     engine.dispose()
     for _ in range(2):
         sender.send_task("judge.event", args=[pk], queue=llm_settings.queue_name)
-    wait_for(lambda: metric(running, "retrieval_monitor_queue_depth") == 0, timeout=30)
-    # a marker event after the duplicates shows the worker has got past them
+    wait_for(worker_idle, timeout=60)  # both duplicates have run to the end
+    # a marker event after the duplicates shows the worker still judges
     running.post("/v1/events", json=make_event("after", n=3, query=QUERY))
     wait_status(running, "after")
+    wait_for(worker_idle, timeout=60)
     assert (
         metric(running, "retrieval_monitor_events_judged_total")
         == before["retrieval_monitor_events_judged_total"] + 1
