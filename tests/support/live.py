@@ -19,10 +19,15 @@ import httpx
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from sqlmodel import Session, select
 
 from service.api.app import create_app
 from service.kernel.settings import Settings
 from service.process.embedded import free_port
+from service.store.models import Event
+from service.telemetry.aggregates import DONE_PREFIX
+from service.telemetry.judged_export import done_key
+from service.wiring.runtime import Runtime
 from tests.support.environment import settings_env
 from tests.support.paths import REPO_ROOT
 
@@ -249,13 +254,47 @@ def private_redis(tmp_path: Path, *config: str) -> Iterator[str]:
         process.wait(timeout=10)
 
 
-def wait_status(client: TestClient, event_id: str, status: str = "judged") -> dict[str, Any]:
+def wait_status(
+    client: TestClient,
+    event_id: str,
+    status: str = "judged",
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The event once it has ``status``; for "judged", also once its judging is exported.
+
+    A worker commits the judged status before it adds the event to the shared aggregates, so a
+    test that reads ``/metrics`` right after the status could see the export not yet made. The
+    export sets a once-only marker in Redis in the same atomic step as its increments: waiting
+    for the marker waits for the export itself, however slow the machine."""
+
     def done() -> bool:
-        return bool(client.get(f"/v1/events/{event_id}").json()["status"] == status)
+        view = client.get(f"/v1/events/{event_id}", headers=headers).json()
+        return bool(view["status"] == status)
 
     wait_for(done, timeout=120)
-    body: dict[str, Any] = client.get(f"/v1/events/{event_id}").json()
+    body: dict[str, Any] = client.get(f"/v1/events/{event_id}", headers=headers).json()
+    if status == "judged":
+        marker = _export_marker(client, event_id, body["judge"], body["prompt_version"])
+        runtime = _runtime(client)
+        wait_for(lambda: bool(runtime.redis.exists(marker)), timeout=120)
     return body
+
+
+def _runtime(client: TestClient) -> Runtime:
+    runtime: Runtime = client.app.state.rm.runtime  # type: ignore[attr-defined]
+    return runtime
+
+
+def _export_marker(client: TestClient, event_id: str, judge: str, prompt_version: str) -> str:
+    """The Redis key of the judged event's once-only export marker."""
+    with Session(_runtime(client).engine) as session:
+        pks = session.exec(select(Event.id).where(Event.event_id == event_id)).all()
+    # The client reads one tenant's event; the id is unique within a tenant, and a test that
+    # reuses one id across tenants waits for the judged one it was shown.
+    assert len(pks) == 1, f"{len(pks)} stored events have the id {event_id!r}"
+    pk = pks[0]
+    assert pk is not None
+    return DONE_PREFIX + done_key(pk, judge, prompt_version)
 
 
 class ApiProcess:

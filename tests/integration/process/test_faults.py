@@ -19,9 +19,9 @@ import pytest
 import redis
 from sqlalchemy import create_engine, text
 
-from service.kernel.settings import Settings
 from service.process.embedded import free_port
 from service.store.migrate import upgrade
+from tests.support.database import db_scalar
 from tests.support.environment import make_settings
 from tests.support.fake_llm.fixture import FakeLLM
 from tests.support.fake_llm.server import read_call
@@ -40,14 +40,6 @@ from tests.support.metrics_reading import metric_total
 pytestmark = pytest.mark.slow
 
 SATURATION_BATCHES = 300
-
-
-def db_scalar(settings: Settings, sql: str) -> int:
-    engine = create_engine(settings.database_url)
-    with engine.connect() as conn:
-        value = int(conn.execute(text(sql)).scalar_one())
-    engine.dispose()
-    return value
 
 
 def judge_calls_per_query(fake_llm: FakeLLM) -> Counter[str | None]:

@@ -18,7 +18,7 @@ from service.telemetry.cardinality import OVERFLOW
 from service.telemetry.metrics import SHARED_FAMILIES
 from tests.support.environment import make_settings
 from tests.support.helpers import bearer, make_event
-from tests.support.live import WorkerFactory, wait_for, wait_status
+from tests.support.live import WorkerFactory, wait_status
 from tests.support.paths import REPO_ROOT
 from tests.support.tenants import add_key
 
@@ -223,14 +223,8 @@ def test_every_series_names_its_tenant_but_the_shared_machinery(
         batch = {"events": [make_event("plain"), make_event("gold", gold_passage_ids=["d1"])]}
         assert client.post("/v1/events/batch", json=batch, headers=bearer(acme)).status_code == 200
 
-        def judged() -> bool:
-            return all(
-                client.get(f"/v1/events/{event_id}", headers=bearer(acme)).json()["status"]
-                == "judged"
-                for event_id in ("plain", "gold")
-            )
-
-        wait_for(judged, timeout=120)
+        for event_id in ("plain", "gold"):
+            wait_status(client, event_id, headers=bearer(acme))
         page = client.get("/metrics", headers=bearer(admin)).text
     families = {
         family.name.removeprefix("retrieval_monitor_"): family

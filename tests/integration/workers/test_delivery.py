@@ -12,25 +12,17 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
-from sqlalchemy import create_engine, text
 
 from service.ingest.judge_queue import JUDGE_SLICE_TASK, waiting_event_pks
 from service.kernel.settings import Settings
 from service.telemetry.aggregates import DONE_TTL_SECONDS, Aggregates
+from tests.support.database import db_scalar, judged_and_exported
 from tests.support.environment import make_settings
 from tests.support.fake_llm.fixture import FakeLLM
 from tests.support.helpers import make_event, store_event
 from tests.support.live import FakeJudged, WorkerFactory, WorkerProcess, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def db_scalar(settings: Settings, sql: str) -> int:
-    engine = create_engine(settings.database_url)
-    with engine.connect() as conn:
-        value = int(conn.execute(text(sql)).scalar_one())
-    engine.dispose()
-    return value
 
 
 def counter(redis_url: str, family: str) -> float:
@@ -118,10 +110,7 @@ def test_a_pool_process_killed_mid_task_is_redelivered_without_the_sweeper(
         assert client.post("/v1/events", json=make_event("killed", n=2)).status_code == 202
         wait_for(lambda: fake_llm.stats()["calls"] >= 1, timeout=60)
         os.kill(child, signal.SIGKILL)
-        wait_for(
-            lambda: db_scalar(settings, "SELECT count(*) FROM events WHERE status='judged'") == 1,
-            timeout=90,
-        )
+        wait_for(lambda: judged_and_exported(settings) == 1, timeout=90)
     assert fake_llm.stats()["calls"] == 2  # the killed call, and the redelivered one
     assert db_scalar(settings, "SELECT count(*) FROM scores") == 1
     assert counter(redis_url, "events_judged") == 1
