@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 
 from service.store.migrate import upgrade
+from tests.support.database import judged_and_exported
 from tests.support.environment import make_settings
 from tests.support.fake_llm.fixture import FakeLLM
 from tests.support.live import LiveServer, WorkerFactory, wait_for
@@ -78,9 +79,15 @@ def test_many_events_with_duplicates_are_all_stored_and_judged_once(
         # A backlog bound the run goes past, so the overload answers and their retries after
         # Retry-After are part of it.
         max_pending_events=max(BATCH * CLIENTS, EVENTS // 5),
+        # Counted at every batch, so the bound answers as soon as the held backlog reaches it.
+        backpressure_refresh_seconds=0.001,
         max_batch_events=BATCH * 2,
     )
     fake_llm.set_labels({(None, PASSAGES[j]): j % 4 for j in range(200)})
+    # The judge is held until the first overload answer: the backlog then grows past its bound
+    # however fast the workers would judge on this machine, so the refusals and their retries
+    # are part of every run.
+    fake_llm.hold(at_most=TIME_LIMIT_SECONDS)
     worker_factory(settings, concurrency=2).start()
     # Each client sends its share; about a tenth of every batch repeats earlier events.
     numbers = list(range(EVENTS))
@@ -114,6 +121,8 @@ def test_many_events_with_duplicates_are_all_stored_and_judged_once(
                         assert response.status_code in (429, 503), response.text
                         with lock:
                             outcome["refused"] += 1
+                            if outcome["refused"] == 1:
+                                fake_llm.release()  # the bound answered: let the judging go on
                         time.sleep(float(response.headers["Retry-After"]))
                     result = response.json()
                     with lock:
@@ -130,20 +139,13 @@ def test_many_events_with_duplicates_are_all_stored_and_judged_once(
         ingest_seconds = time.monotonic() - started
         assert not failures, failures[:3]
 
-        engine = create_engine(postgres_url)
-
-        def judged() -> int:
-            with engine.connect() as conn:
-                return int(
-                    conn.execute(
-                        text("SELECT count(*) FROM events WHERE status='judged'")
-                    ).scalar_one()
-                )
-
         wait_for(
-            lambda: judged() == EVENTS, timeout=max(60.0, deadline - time.monotonic()), interval=2
+            lambda: judged_and_exported(settings) == EVENTS,
+            timeout=max(60.0, deadline - time.monotonic()),
+            interval=2,
         )
         total_seconds = time.monotonic() - started
+        engine = create_engine(postgres_url)
         with engine.connect() as conn:
             stored = int(conn.execute(text("SELECT count(*) FROM events")).scalar_one())
             scores = int(conn.execute(text("SELECT count(*) FROM scores")).scalar_one())
