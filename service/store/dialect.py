@@ -6,9 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import JSON, Float, Integer, Text, case, cast, func, literal
+from sqlalchemy import (
+    JSON,
+    Float,
+    Integer,
+    Table,
+    Text,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session
@@ -45,9 +58,53 @@ def upsert(
 
 def insert_ignore(session: Session, model: type[Any], rows: list[dict[str, Any]]) -> None:
     """Insert ``rows`` of ``model``, leaving out each that conflicts with a row already there."""
+    insert_rows(session, model, rows, ignore_conflicts=True)
+
+
+def insert_rows(
+    session: Session,
+    model: type[Any],
+    rows: list[dict[str, Any]],
+    *,
+    ignore_conflicts: bool = False,
+) -> None:
+    """Insert ``rows`` of ``model`` (dicts with the same keys), in one statement on PostgreSQL.
+
+    There an executemany is one INSERT per row on the server (pipelined, but each parsed,
+    planned and answered on its own, and each answer handled in Python), so the rows go instead
+    as one array per column, unnested: one statement whatever their number, whose text does not
+    change with it. SQLite runs in this process, where an executemany costs no round trip."""
     if not rows:
         return
-    session.execute(dialect_insert(session, model).on_conflict_do_nothing(), rows)
+    if dialect_of(session) == "postgresql":
+        session.execute(
+            _unnested_insert(table(model), tuple(rows[0]), ignore_conflicts), _arrays(rows)
+        )
+        return
+    statement = dialect_insert(session, model)
+    session.execute(statement.on_conflict_do_nothing() if ignore_conflicts else statement, rows)
+
+
+@lru_cache(maxsize=64)
+def _unnested_insert(target: Table, columns: tuple[str, ...], ignore_conflicts: bool) -> Any:
+    """``INSERT INTO t (a, b) SELECT * FROM unnest(CAST(:a AS a_type[]), ...)``, built once per
+    table and column list (its compiled form is then cached by SQLAlchemy)."""
+    arrays = [
+        cast(
+            bindparam(name, type_=postgresql.ARRAY(target.c[name].type)),
+            postgresql.ARRAY(target.c[name].type),
+        )
+        for name in columns
+    ]
+    given = func.unnest(*arrays).table_valued(*columns).render_derived(name="given")
+    statement = postgresql.insert(target).from_select(
+        list(columns), select(*(given.c[name] for name in columns))
+    )
+    return statement.on_conflict_do_nothing() if ignore_conflicts else statement
+
+
+def _arrays(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    return {name: [row[name] for row in rows] for name in rows[0]}
 
 
 # --- JSON list columns ----------------------------------------------------------------------------

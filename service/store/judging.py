@@ -13,7 +13,7 @@ from sqlmodel import Session, col
 
 from service.kernel.clock import as_utc, utcnow
 from service.measures.catalogue import MEASURE_NAMES
-from service.store.dialect import insert_ignore
+from service.store.dialect import insert_ignore, insert_rows
 from service.store.lookups import lookup_each, unnest_keys
 from service.store.models import (
     Event,
@@ -22,7 +22,6 @@ from service.store.models import (
     Judgment,
     LabelCache,
     Score,
-    table,
 )
 from service.store.passages import read_passages, release_texts
 
@@ -347,8 +346,8 @@ def store_judging_many(
     }
     if not rows:
         return {}
-    session.execute(table(Judgment).insert(), [row for r in rows.values() for row in r.judgments])
-    session.execute(table(JudgeRun).insert(), [r.run for r in rows.values()])
+    insert_rows(session, Judgment, [row for r in rows.values() for row in r.judgments])
+    insert_rows(session, JudgeRun, [r.run for r in rows.values()])
     # One row per pair even if two results carry it (a statement may not hit its own conflict).
     cache = {
         (row["tenant"], row["query_hash"], row["passage_hash"]): row
@@ -356,7 +355,7 @@ def store_judging_many(
         for row in r.cache
     }
     insert_ignore(session, LabelCache, list(cache.values()))
-    session.execute(table(Score).insert(), [r.score for r in rows.values()])
+    insert_rows(session, Score, [r.score for r in rows.values()])
     session.execute(
         update(Event)
         .where(col(Event.id).in_(list(rows)))

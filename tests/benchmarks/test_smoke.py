@@ -87,6 +87,21 @@ def test_ingest_profile_has_every_stage(tmp_path: Path) -> None:
     assert table.count("\n") == len(profile_ingest.STAGES) + 2
 
 
+@pytest.mark.postgres
+def test_judging_profile_counts_statements_and_cpu(tmp_path: Path) -> None:
+    from tests.benchmarks import profile_judging
+
+    _redis_or_skip()
+    _postgres_or_skip()
+    figures = profile_judging.profile("postgres", 64, 16, 0, tmp_path)
+    # 64 events, two slices of them warm the caches: the other 32 are measured.
+    assert figures["judged"] == 32
+    assert figures["slices"] == 2
+    assert figures["statements_per_slice"] == sum(figures["by_kind"].values())
+    assert "INSERT INTO judgments" in figures["by_kind"]
+    assert figures["cpu_ms_per_event"] > 0
+
+
 @pytest.mark.shared_data
 def test_token_figures(tmp_path: Path) -> None:
     if not (shared_data_dir() / "scifact").is_dir():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlmodel import select
 
 from service.kernel.clock import utcnow
@@ -244,3 +244,50 @@ def test_a_partly_counted_slice_adds_only_its_uncounted_events(redis_url: str) -
     # Nothing new: nothing applied, however often it comes back.
     assert aggregates.add_many_once([("e2", delta(0.2)), ("e4", delta(0.9))]) == [False, False]
     assert aggregates.read()[("events_judged", ("", "shop", "", "", "j", ""), "")] == 4
+
+
+@pytest.mark.postgres
+def test_a_slice_sends_the_same_statements_whatever_its_size_on_postgresql(
+    tmp_path: Path, postgres_url: str, redis_url: str, fake_llm: FakeLLM
+) -> None:
+    """Judgments, runs, label-cache rows and scores go as arrays, one INSERT per table: a slice
+    of one event with one passage and a slice of 12 events with 3 passages each send the same
+    statements (an executemany of N rows counts N: the server runs one INSERT per row)."""
+    settings = slice_settings(tmp_path, postgres_url, redis_url, fake_llm, judge_concurrency=4)
+    fake_llm.set_labels({(None, TEXTS[0]): 3, (None, TEXTS[1]): 1})
+    runtime, pks = store(
+        settings,
+        [("lone question", [TEXTS[2]])] + [(f"question {i}", list(TEXTS)) for i in range(12)],
+    )
+    judge = make_judge(settings, runtime.redis)
+    sent: list[str] = []
+
+    def count(
+        _conn: object, _cursor: object, statement: str, parameters: object, *_: object
+    ) -> None:
+        executemany = _[-1]
+        rows = len(parameters) if executemany and isinstance(parameters, list) else 1
+        sent.extend([statement.split("(")[0].strip()] * rows)
+
+    event.listen(runtime.engine, "before_cursor_execute", count)
+    try:
+        assert judging.judge_events(runtime, judge, pks[:1]).outcomes == {pks[0]: "judged"}
+        lone = sorted(sent)
+        sent.clear()
+        assert judging.judge_events(runtime, judge, pks[1:]).outcomes == dict.fromkeys(
+            pks[1:], "judged"
+        )
+        full = sorted(sent)
+    finally:
+        event.remove(runtime.engine, "before_cursor_execute", count)
+    inserts = [statement for statement in full if statement.startswith("INSERT")]
+    assert sorted(inserts) == [
+        "INSERT INTO judge_runs",
+        "INSERT INTO judgments",
+        "INSERT INTO label_cache",
+        "INSERT INTO scores",
+    ]
+    assert full == lone
+    with session_scope(runtime.engine) as session:
+        assert len(session.exec(select(Judgment)).all()) == 1 + 12 * 3
+        assert len(session.exec(select(Score)).all()) == 13
