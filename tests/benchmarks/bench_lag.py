@@ -68,6 +68,7 @@ from pathlib import Path
 import orjson
 import redis
 
+from tests.benchmarks import earlier_events
 from tests.benchmarks.bench_ingest import event
 from tests.benchmarks.bench_ingest import store as database
 from tests.benchmarks.bench_judging import JUDGED, start_worker, stop, wait_judged
@@ -283,6 +284,7 @@ class Run:
 
     store: str
     processes: int
+    earlier: int = 0  # judged events in the tables before the run
     counter_lags: list[float] = field(default_factory=list)
     ratio_lags: list[float] = field(default_factory=list)
     judged_p50: float = math.nan
@@ -383,9 +385,14 @@ def steady_run(
 
 
 def measure_one(store: str, processes: int, args: argparse.Namespace, judge_url: str) -> Run:
-    run = Run(store, processes)
+    run = Run(store, processes, args.earlier)
     redis.Redis.from_url(REDIS_URL).flushdb()
     with tempfile.TemporaryDirectory() as tmp, database(store, Path(tmp)) as database_url:
+        if args.earlier:
+            seconds = earlier_events.fill(database_url, args.earlier)
+            print(
+                f"[lag] {args.earlier:,} earlier events stored in {seconds:.0f} s", file=sys.stderr
+            )
         env = service_env(
             database_url,
             f"bench-lag-{uuid.uuid4().hex[:6]}",
@@ -418,6 +425,8 @@ def measure_one(store: str, processes: int, args: argparse.Namespace, judge_url:
 
 def figures_of(run: Run) -> list[Figure]:
     where = f"{run.store}, {run.processes} API process{'es' if run.processes > 1 else ''}"
+    if run.earlier:
+        where += f", {run.earlier:,} earlier events"
     note = (
         f"{run.accepted} of {run.sent} events accepted at {run.rate:.0f} ev/s, 202 p50 "
         f"{run.answer_p50 * 1000:.0f} ms, scrape {run.scrape_duration * 1000:.1f} ms "
@@ -462,7 +471,11 @@ def figures_of(run: Run) -> list[Figure]:
 def measure(args: argparse.Namespace) -> list[Figure]:
     from tests.support.fake_llm.fixture import running_fake_llm
 
-    stores = ["sqlite"] if args.no_postgres else ["sqlite", "postgres"]
+    stores = [
+        store
+        for store, off in (("sqlite", args.no_sqlite), ("postgres", args.no_postgres))
+        if not off
+    ]
     figures: list[Figure] = []
     with running_fake_llm() as llm:
         for store in stores:
@@ -501,6 +514,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--no-postgres", action="store_true", help="SQLite only (default: SQLite and PostgreSQL)"
+    )
+    parser.add_argument(
+        "--earlier",
+        type=int,
+        default=0,
+        help="judged events stored before the service starts, statistics left as a bulk load "
+        "leaves them (default 0)",
+    )
+    parser.add_argument(
+        "--no-sqlite", action="store_true", help="PostgreSQL only (default: SQLite and PostgreSQL)"
     )
     parser.add_argument(
         "--workers",

@@ -5,9 +5,10 @@ cache) are stored through the real ingest path, then judged slice by slice with 
 ``judge_events`` against the test's OpenAI-compatible server, which answers at once. A listener
 on the engine counts every statement the server executes: an executemany of N rows counts N (the
 driver sends one statement per row, pipelined), an INSERT of unnested arrays counts one. CPU is
-this thread's (``time.thread_time``) over the whole slice; the judge server runs in a process of
-its own and its time is not counted. With ``--earlier N`` the tables first hold N judged events,
-statistics left as a bulk load leaves them (no ANALYZE), as the lag figure asks.
+this process's (``time.process_time``, so the judge calls' threads count too) over the whole
+slice, and the database server's backends' (from /proc); the judge server runs in a process of
+its own and its time is not counted. With ``--earlier N`` the tables first hold N judged events
+(``earlier_events``: statistics left as a bulk load leaves them), as the lag figure asks.
 
 Run: ``python -m tests.benchmarks.profile_judging`` (``--events``, ``--slice``, ``--no-sqlite``,
 ``--no-postgres``, ``--earlier``).
@@ -37,6 +38,7 @@ from service.api.app import create_app
 from service.kernel.settings import Settings
 from service.store.migrate import upgrade
 from service.wiring.runtime import Runtime
+from tests.benchmarks import earlier_events
 from tests.benchmarks.bench_ingest import event, store
 from tests.benchmarks.common import REDIS_URL, cpu_seconds
 from tests.support.fake_llm.fixture import running_fake_llm
@@ -135,10 +137,7 @@ def profile(kind: str, events: int, slice_events: int, earlier: int, tmp: Path) 
         counter = StatementCounter()
         sa_event.listen(runtime.engine, "before_cursor_execute", counter)
         if earlier:
-            store_events(settings, "earlier", earlier)
-            done = pending_pks(runtime, "earlier")
-            for start in range(0, len(done), 64):
-                judge_events(runtime, judge, done[start : start + 64])
+            earlier_events.fill(database_url, earlier)
         run = uuid.uuid4().hex[:6]
         store_events(settings, run, events)
         pks = pending_pks(runtime, run)
@@ -146,6 +145,7 @@ def profile(kind: str, events: int, slice_events: int, earlier: int, tmp: Path) 
         for start in range(0, len(warm), slice_events):
             judge_events(runtime, judge, warm[start : start + slice_events])
         cpu: list[float] = []
+        wall: list[float] = []
         statements: list[int] = []
         judged = 0
         total = Counter[str]()
@@ -154,10 +154,11 @@ def profile(kind: str, events: int, slice_events: int, earlier: int, tmp: Path) 
         for start in range(0, len(measured), slice_events):
             chunk = measured[start : start + slice_events]
             counter.by_kind.clear()
-            began = time.thread_time()
+            began, began_wall = time.process_time(), time.perf_counter()
             with counter.counting():
                 result = judge_events(runtime, judge, chunk)
-            cpu.append(time.thread_time() - began)
+            cpu.append(time.process_time() - began)
+            wall.append(time.perf_counter() - began_wall)
             judged += sum(outcome == "judged" for outcome in result.outcomes.values())
             statements.append(sum(counter.by_kind.values()))
             total.update(counter.by_kind)
@@ -172,6 +173,7 @@ def profile(kind: str, events: int, slice_events: int, earlier: int, tmp: Path) 
         "statements_per_slice": statistics.median(statements),
         "by_kind": {name: count / slices for name, count in total.most_common()},
         "cpu_ms_per_event": 1000 * sum(cpu) / max(judged, 1),
+        "wall_ms_per_slice": 1000 * statistics.median(wall),
         "seq_scans": dict(scans),
         "server_cpu_ms_per_event": 1000 * server / max(judged, 1),
     }
@@ -199,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{kind}: {figures['judged']} events judged in {figures['slices']} slices of "
                 f"{args.slice}; {figures['statements_per_slice']:.0f} statements per slice "
-                f"(median); worker CPU {figures['cpu_ms_per_event']:.2f} ms per judged event"
+                f"(median), {figures['wall_ms_per_slice']:.1f} ms each (median); worker CPU "
+                f"{figures['cpu_ms_per_event']:.2f} ms per judged event"
                 + (
                     f", database server CPU {figures['server_cpu_ms_per_event']:.2f} ms"
                     if kind == "postgres"

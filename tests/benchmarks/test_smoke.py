@@ -87,6 +87,31 @@ def test_ingest_profile_has_every_stage(tmp_path: Path) -> None:
     assert table.count("\n") == len(profile_ingest.STAGES) + 2
 
 
+def test_earlier_events_are_stored_judged(tmp_path: Path) -> None:
+    from sqlalchemy import create_engine, text
+
+    from tests.benchmarks import earlier_events
+
+    url = f"sqlite:///{tmp_path / 'earlier.db'}"
+    earlier_events.fill(url, 30)
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        counts = {
+            table: conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+            for table in ("events", "scores", "judge_runs", "judgments", "passages")
+        }
+        statuses = conn.execute(text("SELECT DISTINCT status FROM events")).scalars().all()
+    engine.dispose()
+    assert counts == {
+        "events": 30,
+        "scores": 30,
+        "judge_runs": 30,
+        "judgments": 300,
+        "passages": 300,
+    }
+    assert statuses == ["judged"]
+
+
 @pytest.mark.postgres
 def test_judging_profile_counts_statements_and_cpu(tmp_path: Path) -> None:
     from tests.benchmarks import profile_judging
