@@ -14,13 +14,17 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from service.kernel.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 # Database 10 keeps the suite away from the tests (15) and from a demo (0).
@@ -263,3 +267,21 @@ def shared_data_dir() -> Path:
 
 
 BENCH_VENV = Path(os.environ.get("RM_BENCH_VENV", "/tmp/rm-bench-venv"))
+
+
+def in_process_settings(database_url: str, tmp: Path, **extra: object) -> Settings:
+    """Settings for a benchmark that runs the service's functions in its own process: the
+    benchmark Redis, a queue of its own and no backlog bound."""
+    from service.kernel.settings import Settings
+
+    settings: Settings = Settings.model_validate(
+        {
+            "database_url": database_url,
+            "redis_url": REDIS_URL,
+            "data_dir": str(tmp / "var"),
+            "queue_name": f"profile-{uuid.uuid4().hex[:6]}",
+            "max_pending_events": 100_000_000,
+            **extra,
+        }
+    )
+    return settings

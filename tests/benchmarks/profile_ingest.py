@@ -42,13 +42,12 @@ from service.ingest.judge_queue import JudgeQueue
 from service.ingest.signals import NearDuplicateCount
 from service.kernel.background import BackgroundWorker
 from service.kernel.schemas import BatchIn, EventIn
-from service.kernel.settings import Settings
 from service.store import event_rows
 from service.store import events as event_store
 from service.store.migrate import upgrade
 from service.wiring.runtime import Runtime
 from tests.benchmarks.bench_ingest import event, store
-from tests.benchmarks.common import REDIS_URL
+from tests.benchmarks.common import REDIS_URL, in_process_settings
 
 # Stages in the order of the request path, as the table prints them.
 STAGES = (
@@ -187,15 +186,7 @@ def profile(kind: str, events: int, tmp: Path, unique: bool = False) -> dict[str
     redis.Redis.from_url(REDIS_URL).flushdb()
     with store(kind, tmp) as database_url:
         upgrade(database_url)
-        settings = Settings.model_validate(
-            {
-                "database_url": database_url,
-                "redis_url": REDIS_URL,
-                "data_dir": str(tmp / "var"),
-                "queue_name": f"profile-{uuid.uuid4().hex[:6]}",
-                "max_pending_events": 100_000_000,
-            }
-        )
+        settings = in_process_settings(database_url, tmp)
         runtime = Runtime(settings)
         sender = JudgeQueue(settings.redis_url, settings.queue_name, settings.judge_slice_events)
         ingestor = Ingestor(runtime, sender)

@@ -40,7 +40,7 @@ from service.store.migrate import upgrade
 from service.wiring.runtime import Runtime
 from tests.benchmarks import earlier_events
 from tests.benchmarks.bench_ingest import event, store
-from tests.benchmarks.common import REDIS_URL, cpu_seconds
+from tests.benchmarks.common import REDIS_URL, cpu_seconds, in_process_settings
 from tests.support.fake_llm.fixture import running_fake_llm
 from workers.judge import make_judge
 from workers.judging import judge_events
@@ -119,17 +119,12 @@ def profile(kind: str, events: int, slice_events: int, earlier: int, tmp: Path) 
     redis.Redis.from_url(REDIS_URL).flushdb()
     with running_fake_llm() as fake, store(kind, tmp) as database_url:
         upgrade(database_url)
-        settings = Settings.model_validate(
-            {
-                "database_url": database_url,
-                "redis_url": REDIS_URL,
-                "data_dir": str(tmp / "var"),
-                "queue_name": f"profile-{uuid.uuid4().hex[:6]}",
-                "max_pending_events": 100_000_000,
-                "judge_base_url": fake.base_url,
-                "judge_model": "fake-judge",
-                "log_json": False,
-            }
+        settings = in_process_settings(
+            database_url,
+            tmp,
+            judge_base_url=fake.base_url,
+            judge_model="fake-judge",
+            log_json=False,
         )
         fake.set_labels(default_grade=2)
         runtime = Runtime(settings)
