@@ -393,6 +393,8 @@ def measure_one(store: str, processes: int, args: argparse.Namespace, judge_url:
             print(
                 f"[lag] {args.earlier:,} earlier events stored in {seconds:.0f} s", file=sys.stderr
             )
+            seconds = earlier_events.export(database_url, Path(tmp))
+            print(f"[lag] aggregates rebuilt from them in {seconds:.0f} s", file=sys.stderr)
         env = service_env(
             database_url,
             f"bench-lag-{uuid.uuid4().hex[:6]}",

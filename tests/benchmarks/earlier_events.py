@@ -3,14 +3,17 @@
 ``fill`` stores ``count`` events (k=10, passages from the ingest benchmark's pool) through the
 store's own ingest write, in commit groups, then gives each a score, a judge run and a judgment per
 passage with a few set-based statements, and marks them judged: nothing is left for a worker to
-do, but every table a judged event touches has its rows. No ``ANALYZE`` follows: the planner's
-statistics are what a bulk load leaves (none on a server whose autovacuum is off, as here).
+do, but every table a judged event touches has its rows. No ``ANALYZE`` follows (a ``VACUUM``
+does, which gathers none): the planner's statistics are what a bulk load leaves (none on a
+server whose autovacuum is off, as here).
+``export`` then rebuilds the shared aggregates from them, so a service started next does not.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from sqlalchemy import text
 
@@ -20,6 +23,7 @@ from service.store.engine import make_engine, session_scope
 from service.store.events import insert_events
 from service.store.migrate import upgrade
 from tests.benchmarks.bench_ingest import event
+from tests.benchmarks.common import in_process_settings
 
 GROUP = 1000
 JUDGE = "earlier-judge"
@@ -74,10 +78,28 @@ def fill(database_url: str, count: int) -> float:
             for statement in _JUDGED:
                 conn.execute(text(statement), {"judge": JUDGE, "version": PROMPT_VERSION})
         if engine.dialect.name == "postgresql":
-            # The load's dirty pages written out now, not by a checkpoint during the measured
-            # run, whose commits would wait behind its writes.
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                # The events went in pending and were then marked judged: VACUUM (which gathers
+                # no planner statistics) removes the dead row versions that left, as a load of
+                # rows already judged would have none. The load's dirty pages are written out
+                # now, not by a checkpoint during the measured run.
+                conn.execute(text("VACUUM"))
                 conn.execute(text("CHECKPOINT"))
     finally:
         engine.dispose()
+    return time.monotonic() - started
+
+
+def export(database_url: str, tmp: Path) -> float:
+    """Rebuild the shared aggregates from the filled tables, as a service does once after Redis
+    lost them; the seconds it took. A service started afterwards finds them complete."""
+    from service.telemetry.rebuild import ensure_aggregates
+    from service.wiring.runtime import Runtime
+
+    started = time.monotonic()
+    runtime = Runtime(in_process_settings(database_url, tmp))
+    try:
+        ensure_aggregates(runtime)
+    finally:
+        runtime.engine.dispose()
     return time.monotonic() - started

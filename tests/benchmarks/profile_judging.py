@@ -169,6 +169,7 @@ def profile(kind: str, events: int, slice_events: int, earlier: int, tmp: Path) 
         "by_kind": {name: count / slices for name, count in total.most_common()},
         "cpu_ms_per_event": 1000 * sum(cpu) / max(judged, 1),
         "wall_ms_per_slice": 1000 * statistics.median(wall),
+        "wall_ms_slowest_slice": 1000 * max(wall),
         "seq_scans": dict(scans),
         "server_cpu_ms_per_event": 1000 * server / max(judged, 1),
     }
@@ -196,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{kind}: {figures['judged']} events judged in {figures['slices']} slices of "
                 f"{args.slice}; {figures['statements_per_slice']:.0f} statements per slice "
-                f"(median), {figures['wall_ms_per_slice']:.1f} ms each (median); worker CPU "
+                f"(median), {figures['wall_ms_per_slice']:.1f} ms each (median, slowest "
+                f"{figures['wall_ms_slowest_slice']:.0f}); worker CPU "
                 f"{figures['cpu_ms_per_event']:.2f} ms per judged event"
                 + (
                     f", database server CPU {figures['server_cpu_ms_per_event']:.2f} ms"

@@ -110,6 +110,20 @@ def test_earlier_events_are_stored_judged(tmp_path: Path) -> None:
         "passages": 300,
     }
     assert statuses == ["judged"]
+    # The aggregates rebuilt from them count every earlier event as judged, once.
+    _redis_or_skip()
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    assert earlier_events.export(url, tmp_path) >= 0
+    from service.telemetry.aggregates import Aggregates
+
+    judged = sum(
+        value
+        for (family, _labels, _part), value in Aggregates(redis.Redis.from_url(REDIS_URL))
+        .read()
+        .items()
+        if family == "events_judged"
+    )
+    assert judged == 30
 
 
 @pytest.mark.postgres
