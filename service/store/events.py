@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import orjson
 import psycopg
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlmodel import Session, col
 
@@ -21,6 +21,7 @@ from service.kernel.clock import as_utc
 from service.kernel.hashing import text_hash
 from service.kernel.schemas import EventIn, FeedbackIn
 from service.kernel.storable import text_problem
+from service.store.dialect import dialect_of
 from service.store.event_rows import NewPassage, insert_new_events
 from service.store.lookups import lookup_each, unnest_keys
 from service.store.models import (
@@ -278,7 +279,20 @@ class PendingSummary:
     oldest_received_at: datetime | None
 
 
+def _read_pending_by_plain_index_scan(session: Session) -> None:
+    """On PostgreSQL, make this transaction's pending counts a plain index scan.
+
+    Each judged event leaves a dead entry under "pending" in the status index until a VACUUM
+    removes it. A plain index scan marks the dead entries it meets, and later scans skip them; a
+    bitmap scan, which the planner prefers for a count, never does. So without autovacuum the
+    count a scrape and the backlog check make would read every event judged since the last
+    VACUUM, every time (4.4 ms at 200,000, growing), instead of about once (then 0.1 ms)."""
+    if dialect_of(session) == "postgresql":
+        session.execute(text("SET LOCAL enable_bitmapscan = off"))
+
+
 def pending_summary(session: Session) -> PendingSummary:
+    _read_pending_by_plain_index_scan(session)
     count, oldest = session.execute(
         select(func.count(), func.min(col(Event.received_at))).where(
             col(Event.status) == EventStatus.PENDING.value
@@ -289,6 +303,7 @@ def pending_summary(session: Session) -> PendingSummary:
 
 def pending_by_tenant(session: Session) -> dict[str, PendingSummary]:
     """``pending_summary`` of each tenant that has pending events."""
+    _read_pending_by_plain_index_scan(session)
     rows = session.execute(
         select(col(Event.tenant), func.count(), func.min(col(Event.received_at)))
         .where(col(Event.status) == EventStatus.PENDING.value)

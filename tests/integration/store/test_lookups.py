@@ -7,6 +7,7 @@ none, and a scan of every row of the tenant or the judge per statement grows wit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,7 +18,12 @@ from sqlalchemy import Engine, event, text
 from service.kernel.clock import utcnow
 from service.kernel.schemas import EventIn
 from service.store.engine import make_engine, session_scope
-from service.store.events import insert_events, known_payload_hashes
+from service.store.events import (
+    insert_events,
+    known_payload_hashes,
+    pending_by_tenant,
+    pending_summary,
+)
 from service.store.judging import JudgeIdentity, cached_labels_many
 from tests.support.helpers import make_event
 
@@ -149,3 +155,38 @@ def test_postgresql_probes_the_unique_keys_with_or_without_statistics(
         assert f"Index Scan using {key}" in plan, plan
         assert "Seq Scan on" not in plan, plan
         assert "Bitmap" not in plan, plan
+
+
+@pytest.mark.postgres
+def test_postgresql_counts_pending_events_by_a_plain_index_scan(postgres_url: str) -> None:
+    """The scrape's and the backlog check's pending counts read the status index by a plain
+    index scan, which marks the dead entries judged events left (a bitmap scan never does, so
+    without autovacuum its cost grows with every event judged), and count the right events."""
+    engine = make_engine(postgres_url)
+    # Enough events that the planner, without statistics, would read the index by a bitmap.
+    events = [(f"e{i}", EventIn.model_validate(make_event(f"e{i}", n=1))) for i in range(20_000)]
+    with session_scope(engine) as session:
+        insert_events(session, "t1", events[:19_900], utcnow())
+        insert_events(session, "t2", events[19_900:], utcnow())
+        session.commit()
+    with engine.begin() as conn:
+        # Judged as workers judge: the rows' old versions stay behind, dead, under "pending".
+        conn.execute(text("UPDATE events SET status = 'judged' WHERE tenant = 't1'"))
+        conn.execute(text("DELETE FROM pg_statistic WHERE starelid = 'events'::regclass"))
+    with session_scope(engine) as session, captured_statements(engine) as seen:
+        summary = pending_summary(session)
+        by_tenant = pending_by_tenant(session)
+    assert summary.count == 100
+    assert {tenant: s.count for tenant, s in by_tenant.items()} == {"t2": 100}
+    counts = [(s, p) for s, p in seen if "FROM events" in s]
+    assert len(counts) == 2
+    with engine.connect() as conn:
+        for statement, _parameters in seen:
+            if statement.startswith("SET"):
+                conn.exec_driver_sql(statement)  # as the function's transaction had it
+        for statement, parameters in counts:
+            plan = "\n".join(conn.exec_driver_sql("EXPLAIN " + statement, parameters).scalars())
+            assert re.search(r"Index (Only )?Scan using ix_events_status", plan), plan
+            assert "Bitmap" not in plan, plan
+            assert "Seq Scan" not in plan, plan
+    engine.dispose()
