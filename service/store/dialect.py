@@ -68,7 +68,8 @@ def insert_rows(
     *,
     ignore_conflicts: bool = False,
 ) -> None:
-    """Insert ``rows`` of ``model`` (dicts with the same keys), in one statement on PostgreSQL.
+    """Insert ``rows`` of ``model`` (dicts with the same keys, of scalar columns: an array of
+    JSON values is not a type to unnest), in one statement on PostgreSQL.
 
     There an executemany is one INSERT per row on the server (pipelined, but each parsed,
     planned and answered on its own, and each answer handled in Python), so the rows go instead

@@ -274,8 +274,8 @@ def wait_status(
     wait_for(done, timeout=120)
     body: dict[str, Any] = client.get(f"/v1/events/{event_id}", headers=headers).json()
     if status == "judged":
-        marker = _export_marker(client, event_id, body["judge"], body["prompt_version"])
         runtime = _runtime(client)
+        marker = _export_marker(runtime, event_id, body["judge"], body["prompt_version"])
         wait_for(lambda: bool(runtime.redis.exists(marker)), timeout=120)
     return body
 
@@ -285,12 +285,12 @@ def _runtime(client: TestClient) -> Runtime:
     return runtime
 
 
-def _export_marker(client: TestClient, event_id: str, judge: str, prompt_version: str) -> str:
+def _export_marker(runtime: Runtime, event_id: str, judge: str, prompt_version: str) -> str:
     """The Redis key of the judged event's once-only export marker."""
-    with Session(_runtime(client).engine) as session:
+    with Session(runtime.engine) as session:
         pks = session.exec(select(Event.id).where(Event.event_id == event_id)).all()
-    # The client reads one tenant's event; the id is unique within a tenant, and a test that
-    # reuses one id across tenants waits for the judged one it was shown.
+    # The event's view does not name its tenant, so the id must name one stored event: a test
+    # that stores one id under several tenants fails here rather than wait on another's marker.
     assert len(pks) == 1, f"{len(pks)} stored events have the id {event_id!r}"
     pk = pks[0]
     assert pk is not None

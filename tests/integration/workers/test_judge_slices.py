@@ -263,9 +263,13 @@ def test_a_slice_sends_the_same_statements_whatever_its_size_on_postgresql(
     sent: list[str] = []
 
     def count(
-        _conn: object, _cursor: object, statement: str, parameters: object, *_: object
+        _conn: object,
+        _cursor: object,
+        statement: str,
+        parameters: object,
+        _context: object,
+        executemany: bool,
     ) -> None:
-        executemany = _[-1]
         rows = len(parameters) if executemany and isinstance(parameters, list) else 1
         sent.extend([statement.split("(")[0].strip()] * rows)
 
