@@ -21,9 +21,10 @@ from service.spend.budget import (
     Limits,
     Refusal,
     Reservation,
+    budgeted_apps,
+    configured_owners,
     estimate_prompt_tokens,
     limits_for,
-    owner_of,
     price_for,
     spend_delta,
 )
@@ -289,9 +290,13 @@ def test_tenants_sharing_an_app_name_spend_budgets_of_their_own(redis_url: str) 
     assert limits_for("acme", "quiet", settings).tokens_per_hour == 7
     assert limits_for("globex", "quiet", settings).tokens_per_hour == 9
     assert limits_for("acme", "bot", settings).tokens_per_hour == LIMIT
-    # Names with the key's separator and glob characters cannot collide or leak into a scan.
+    # Names with the key's separator and glob characters cannot collide, and the day's spenders
+    # read back as exactly the pairs that spent.
     assert budget.keys("a:b", "c", NOW) != budget.keys("a", "b:c", NOW)
-    assert owner_of(budget.keys("a:b*", "[c]", NOW)[1]) == ("a:b*", "[c]")
+    for tenant, app in (("a:b*", "[c]"), ("a", "b*:[c]")):
+        assert isinstance(budget.reserve(tenant, app, "m", 10, 0, now=NOW), Reservation)
+    spenders = budgeted_apps(budget.redis, settings, NOW) - configured_owners(settings)
+    assert spenders == {("acme", "bot"), ("globex", "bot"), ("a:b*", "[c]"), ("a", "b*:[c]")}
 
 
 def test_a_tenant_spending_its_budget_does_not_refuse_another_tenants_same_app(

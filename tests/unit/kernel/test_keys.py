@@ -120,6 +120,10 @@ PROJECT: dict[str, Builder] = {
         st.tuples(texts, texts, st.sampled_from([0.0, 3600.0, 86400.0, 90000.0])),
         budget.window_keys,
     ),
+    "service.spend.budget.spenders_key": (
+        st.tuples(st.integers(min_value=0, max_value=10**6)),
+        budget.spenders_key,
+    ),
     "service.auth.sessions.record_key": (st.tuples(texts), sessions.record_key),
     "service.replay.rejudge.RejudgePlan.run_id": (
         st.tuples(texts, st.none() | texts, st.dictionaries(texts, texts, max_size=2), texts),
@@ -357,12 +361,10 @@ def key_expressions(tree: ast.Module) -> list[ast.AST]:
 # Hand-built strings in a key context that are not composite keys of client strings, each with
 # why; keyed by (module, source text of the expression).
 NOT_COMPOSITE = {
-    # The scan patterns of today's day counters and of the done markers: globs, not keys. A
-    # key's parts are percent-encoded, so "*" and ":" in a name cannot widen or shift a match.
-    ("service/spend/budget.py", "f'{KEY_PREFIX}*:tokens:d{day}'"),
+    # The scan pattern of the done markers: a glob, not a key. A key's parts are percent-encoded,
+    # so "*" and ":" in a name cannot widen or shift a match.
     ("service/telemetry/aggregates.py", "DONE_PREFIX + '*'"),
-    # A namespace with its separator, then one composite key (``done_key``) or nothing.
-    ("service/spend/budget.py", "NAMESPACE + ':'"),
+    # A namespace with its separator, then one composite key (``done_key``).
     ("service/telemetry/aggregates.py", "DONE_PREFIX + done_key"),
     # A fixed tag and one digest of ``digest_key``: the form stored in the label cache table.
     ("workers/plan.py", "'ctx:' + hashlib.sha256(digest_key(*top_k).encode()).hexdigest()"),
