@@ -213,6 +213,11 @@ class _CachedGauges(Collector):
     def read(self, session: Session) -> list[Metric]:
         raise NotImplementedError
 
+    def expire(self) -> None:
+        """Make the next ``collect`` read the database again, whatever the ttl left."""
+        with self._lock:
+            self._expires = 0.0
+
     def collect(self) -> list[Metric]:
         with self._lock:
             if time.monotonic() >= self._expires:

@@ -24,12 +24,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, cast, exists, func, literal, select
+from sqlalchemy import BigInteger, cast, func, literal, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import Join
 from sqlmodel import Session, col
 
 from service.store.dialect import upsert
-from service.store.models import Event, GoldLabel, GoldOutcome
+from service.store.models import Event, GoldLabel, GoldOutcome, table
 
 CHUNK = 900
 MARKS_PASSAGES = frozenset({GoldOutcome.ANSWERED.value, GoldOutcome.NOT_RETRIEVED.value})
@@ -144,8 +147,12 @@ def labels_in(
 
 
 def has_label() -> ColumnElement[bool]:
-    """True for an event somebody labelled (a condition on ``events``)."""
-    return exists().where(col(GoldLabel.event_pk) == col(Event.id))
+    """True for an event somebody labelled (a condition on ``events``).
+
+    An IN over the labels rather than a correlated EXISTS: both stores then read the labelled
+    events by key from the (small) labels table, where EXISTS made SQLite probe the labels for
+    every event of a window, a day of traffic each time the gauges refresh."""
+    return col(Event.id).in_(select(col(GoldLabel.event_pk)))
 
 
 @dataclass(frozen=True)
@@ -203,7 +210,11 @@ def events_by_pk(session: Session, event_pks: Sequence[int]) -> Mapping[int, Eve
 def labelled_event_pks(session: Session, conditions: Sequence[ColumnElement[bool]]) -> list[int]:
     """The events matching ``conditions`` (a window) that somebody labelled, oldest first."""
     rows = session.execute(
-        select(col(Event.id)).where(*conditions, has_label()).order_by(col(Event.id))
+        select(col(Event.id))
+        .select_from(_labels_then_events())
+        .where(*conditions)
+        .distinct()
+        .order_by(col(Event.id))
     ).all()
     return [int(row[0]) for row in rows]
 
@@ -212,8 +223,36 @@ def labelled_tenants(session: Session, conditions: Sequence[ColumnElement[bool]]
     """The tenants with labelled events matching ``conditions``."""
     rows = session.execute(
         select(col(Event.tenant))
-        .where(*conditions, has_label())
+        .select_from(_labels_then_events())
+        .where(*conditions)
         .distinct()
         .order_by(col(Event.tenant))
     ).all()
     return [str(row[0]) for row in rows]
+
+
+class _LabelsThenEvents(Join):
+    """The labels joined to their events, read in that order on SQLite too.
+
+    Labels are hand-made and few; the events of a window are a day of traffic. Without
+    statistics SQLite takes an equality on an indexed column (a window's tenant) for the fewer
+    rows and read every event of the tenant to keep the labelled ones; its CROSS JOIN keeps the
+    order written. PostgreSQL has no such form and plans the join itself.
+    """
+
+    inherit_cache = True
+
+
+@compiles(_LabelsThenEvents, "sqlite")
+def _cross_join(join: _LabelsThenEvents, compiler: SQLCompiler, **kw: Any) -> str:
+    assert join.onclause is not None  # built with one by _labels_then_events
+    on = compiler.process(join.onclause, **kw)
+    tables = {**kw, "asfrom": True}
+    left, right = compiler.process(join.left, **tables), compiler.process(join.right, **tables)
+    return f"{left} CROSS JOIN {right} ON {on}"
+
+
+def _labels_then_events() -> _LabelsThenEvents:
+    return _LabelsThenEvents(
+        table(GoldLabel), table(Event), col(Event.id) == col(GoldLabel.event_pk)
+    )

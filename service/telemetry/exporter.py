@@ -91,10 +91,11 @@ class MetricsPage:
     ) -> None:
         self.aggregates = aggregates
         self.before_scrape = before_scrape
+        self.collectors = tuple(collectors)  # what a scrape computes, in the page's order
         # The families computed at scrape time, in the order given.
         self.computed = CollectorRegistry(auto_describe=True)
         self.computed.register(_SharedNames())
-        for collector in collectors:
+        for collector in self.collectors:
             self.computed.register(collector)
         # Histograms are built by hand rather than with prometheus_client's, which drops _sum and
         # _count when a bucket bound is negative (an OpenMetrics rule); T and T_u go negative,
