@@ -43,6 +43,7 @@ COLUMNS = (
     "passage_count",
     "candidates",
     "gold_passage_ids",
+    "gold",
     "response",
     "response_grade",
     "answer_correct",
@@ -53,7 +54,7 @@ COLUMNS = (
     "priority",
 )
 
-# SQLite takes at most 32,766 parameters in a statement: 21 columns x 500 rows stay below it.
+# SQLite takes at most 32,766 parameters in a statement: 22 columns x 500 rows stay below it.
 _SQLITE_ROWS_PER_STATEMENT = 500
 
 Processor = Callable[[Any], Any]

@@ -117,6 +117,7 @@ def _event_row(tenant: str, event_id: str, event: EventIn, now: datetime) -> dic
             [c.model_dump(mode="json") for c in event.candidates] if event.candidates else None
         ),
         "gold_passage_ids": event.gold_passage_ids,
+        "gold": event.gold_passage_ids is not None,
         "response": event.response,
         "response_grade": event.response_grade,
         "answer_correct": event.answer_correct,

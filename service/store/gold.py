@@ -137,7 +137,7 @@ def labels_in(
     out: dict[int, list[LabelRow]] = defaultdict(list)
     rows = session.execute(
         select(GoldLabel)
-        .join(Event, col(Event.id) == col(GoldLabel.event_pk))
+        .select_from(labels_then_events())
         .where(*conditions)
         .order_by(col(GoldLabel.id))
     ).scalars()
@@ -211,9 +211,8 @@ def labelled_event_pks(session: Session, conditions: Sequence[ColumnElement[bool
     """The events matching ``conditions`` (a window) that somebody labelled, oldest first."""
     rows = session.execute(
         select(col(Event.id))
-        .select_from(_labels_then_events())
+        .select_from(labelled_events())
         .where(*conditions)
-        .distinct()
         .order_by(col(Event.id))
     ).all()
     return [int(row[0]) for row in rows]
@@ -223,7 +222,7 @@ def labelled_tenants(session: Session, conditions: Sequence[ColumnElement[bool]]
     """The tenants with labelled events matching ``conditions``."""
     rows = session.execute(
         select(col(Event.tenant))
-        .select_from(_labels_then_events())
+        .select_from(labelled_events())
         .where(*conditions)
         .distinct()
         .order_by(col(Event.tenant))
@@ -232,7 +231,8 @@ def labelled_tenants(session: Session, conditions: Sequence[ColumnElement[bool]]
 
 
 class _LabelsThenEvents(Join):
-    """The labels joined to their events, read in that order on SQLite too.
+    """Labels (or the labelled events' keys) joined to their events, read in that order on
+    SQLite too.
 
     Labels are hand-made and few; the events of a window are a day of traffic. Without
     statistics SQLite takes an equality on an indexed column (a window's tenant) for the fewer
@@ -245,14 +245,21 @@ class _LabelsThenEvents(Join):
 
 @compiles(_LabelsThenEvents, "sqlite")
 def _cross_join(join: _LabelsThenEvents, compiler: SQLCompiler, **kw: Any) -> str:
-    assert join.onclause is not None  # built with one by _labels_then_events
+    assert join.onclause is not None  # built with one by the functions below
     on = compiler.process(join.onclause, **kw)
     tables = {**kw, "asfrom": True}
     left, right = compiler.process(join.left, **tables), compiler.process(join.right, **tables)
     return f"{left} CROSS JOIN {right} ON {on}"
 
 
-def _labels_then_events() -> _LabelsThenEvents:
+def labelled_events() -> _LabelsThenEvents:
+    """FROM each labelled event once: the distinct keys of the labels, then their events (a
+    select over it needs no DISTINCT, which PostgreSQL refuses on a json column)."""
+    keys = select(col(GoldLabel.event_pk)).distinct().subquery("labelled")
+    return _LabelsThenEvents(keys, table(Event), col(Event.id) == keys.c.event_pk)
+
+
+def labels_then_events() -> _LabelsThenEvents:
     return _LabelsThenEvents(
         table(GoldLabel), table(Event), col(Event.id) == col(GoldLabel.event_pk)
     )
