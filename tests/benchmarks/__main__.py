@@ -58,7 +58,10 @@ QUICK = {
         "--raw-seconds",
         "0.5",
     ],
-    "scrape": ["--apps", "2", "--retrievers", "2", "--scrapes", "2", "--repeat", "1"],
+    "scrape": [
+        *("--apps", "2", "--retrievers", "2", "--scrapes", "2", "--repeat", "1"),
+        *("--earlier", "20"),
+    ],
     "local_judge": ["--passages", "8", "--runs", "1", "--batch-size", "8"],
     "client": ["--events", "2000", "--posts", "20", "--repeat", "1"],
     "vectors": ["--events", "3", "--k", "2", "--repeat", "1"],

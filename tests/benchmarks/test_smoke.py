@@ -174,9 +174,10 @@ def test_local_judge_figures(tmp_path: Path) -> None:
 
 def test_scrape_figure(tmp_path: Path) -> None:
     _redis_or_skip()
-    (row,) = _run("scrape", tmp_path)
-    assert _has_value(row)
-    assert row["baseline"]
+    rows = _run("scrape", tmp_path)
+    assert len(rows) == 2  # every scrape, and the first one with 20 earlier events
+    assert all(_has_value(row) and row["baseline"] for row in rows)
+    assert "20 earlier events" in str(rows[1]["name"])
 
 
 def test_client_figures(tmp_path: Path) -> None:
