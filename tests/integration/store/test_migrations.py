@@ -92,6 +92,26 @@ TEXTS = [
 ]
 
 
+def _event_row(event_id: str, n: int, now: datetime, **columns: object) -> dict[str, object]:
+    """An events row as the schemas from 0004 to 0009 take it, with ``columns`` over it."""
+    return {
+        "tenant": "default",
+        "event_id": event_id,
+        "payload_hash": f"{n:064d}",
+        "timestamp": now,
+        "received_at": now,
+        "app": "rag",
+        "retriever": "bm25",
+        "environment": "",
+        "query": f"question {n}",
+        "k": 1,
+        "passage_count": 1,
+        "status": "pending",
+        "priority": 0,
+        **columns,
+    }
+
+
 def _populate_at_0005(url: str) -> list[tuple[str, str, int, str, str, float | None, str]]:
     """Events of two tenants whose passages repeat texts (one erased, as hash-only storage left
     it), written with the 0005 schema; the passage rows as that schema reads them."""
@@ -104,24 +124,9 @@ def _populate_at_0005(url: str) -> list[tuple[str, str, int, str, str, float | N
     with engine.begin() as conn:
         for n in range(24):
             tenant = "t1" if n % 3 else "t2"
-            pk = conn.execute(
-                events.insert().returning(events.c.id),
-                {
-                    "tenant": tenant,
-                    "event_id": f"ev-{n}",
-                    "payload_hash": f"{n:064d}",
-                    "timestamp": now,
-                    "received_at": now,
-                    "app": "rag",
-                    "retriever": "bm25",
-                    "environment": "",
-                    "query": f"question {n}",
-                    "k": 2,
-                    "passage_count": 3,
-                    "status": "judged" if n % 4 == 0 else "pending",
-                    "priority": 0,
-                },
-            ).scalar_one()
+            row = _event_row(f"ev-{n}", n, now, tenant=tenant, k=2, passage_count=3)
+            row["status"] = "judged" if n % 4 == 0 else "pending"
+            pk = conn.execute(events.insert().returning(events.c.id), row).scalar_one()
             for rank in (1, 2, 3):
                 body = TEXTS[(n + rank) % 3] if rank < 3 or n != 5 else TEXTS[3]
                 erased = n % 4 == 0 and rank == 1  # judged under hash-only storage
@@ -259,25 +264,7 @@ def check_gold_flag_migration(url: str) -> None:
     now = datetime.now(UTC)
     with engine.begin() as conn:
         for n, (event_id, (ids, _gold)) in enumerate(GOLD_AS_STORED.items()):
-            conn.execute(
-                events.insert(),
-                {
-                    "tenant": "default",
-                    "event_id": event_id,
-                    "payload_hash": f"{n:064d}",
-                    "timestamp": now,
-                    "received_at": now,
-                    "app": "rag",
-                    "retriever": "bm25",
-                    "environment": "",
-                    "query": "question",
-                    "k": 1,
-                    "passage_count": 1,
-                    "gold_passage_ids": ids,
-                    "status": "pending",
-                    "priority": 0,
-                },
-            )
+            conn.execute(events.insert(), _event_row(event_id, n, now, gold_passage_ids=ids))
     engine.dispose()
     expected = {event_id: gold for event_id, (_ids, gold) in GOLD_AS_STORED.items()}
     upgrade(url)
