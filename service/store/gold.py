@@ -146,15 +146,6 @@ def labels_in(
     return dict(out)
 
 
-def has_label() -> ColumnElement[bool]:
-    """True for an event somebody labelled (a condition on ``events``).
-
-    An IN over the labels rather than a correlated EXISTS: both stores then read the labelled
-    events by key from the (small) labels table, where EXISTS made SQLite probe the labels for
-    every event of a window, a day of traffic each time the gauges refresh."""
-    return col(Event.id).in_(select(col(GoldLabel.event_pk)))
-
-
 @dataclass(frozen=True)
 class SampleCandidate:
     pk: int
