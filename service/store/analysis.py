@@ -185,7 +185,7 @@ def _gold_events(
         .limit(window.max_events)
     )
     rows = {int(row[0]): row for row in (*session.execute(sent), *session.execute(labelled))}
-    newest = sorted(rows.values(), key=lambda row: (row[7], row[0]), reverse=True)
+    newest = sorted(rows.values(), key=lambda row: (row.received_at, row.id), reverse=True)
     merged = with_labels(session, window, list(map(_event, newest[: window.max_events])))
     return [event for event in merged if event.has_gold]
 

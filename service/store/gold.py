@@ -251,6 +251,7 @@ def labelled_events() -> _LabelsThenEvents:
 
 
 def labels_then_events() -> _LabelsThenEvents:
+    """FROM every label, then its event (several rows for an event labelled several times)."""
     return _LabelsThenEvents(
         table(GoldLabel), table(Event), col(Event.id) == col(GoldLabel.event_pk)
     )
