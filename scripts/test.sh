@@ -24,6 +24,17 @@ if ! (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null && command -v pg_ctlcluster >
   echo "==> starting PostgreSQL"
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
 fi
+# RabbitMQ on 127.0.0.1:5672 (guest/guest): the judge queue's other broker. The binary is needed
+# even when a server answers: the broker-restart test starts a private node to kill.
+if ! command -v rabbitmq-server >/dev/null; then
+  echo "==> installing rabbitmq-server"
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends rabbitmq-server >/dev/null
+fi
+if ! (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
+  echo "==> starting rabbitmq-server on 127.0.0.1:5672"
+  rabbitmq-server -detached
+  for _ in $(seq 1 150); do (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null && break; sleep 0.2; done
+fi
 
 echo "==> ruff"
 .venv/bin/ruff check .

@@ -1,8 +1,9 @@
-"""Shared fixtures: the real Redis, PostgreSQL, an API app, a Celery worker process.
+"""Shared fixtures: the real Redis, PostgreSQL, RabbitMQ, an API app, a Celery worker process.
 
-Redis and PostgreSQL are the servers on this machine (127.0.0.1:6379 and :5432); override them with
-RM_TEST_REDIS_URL and RM_TEST_POSTGRES_URL. Tests use Redis database 15 and a database of their
-own in PostgreSQL, so nothing else on those servers is touched.
+Redis, PostgreSQL and RabbitMQ are the servers on this machine (127.0.0.1:6379, :5432 and :5672);
+override them with RM_TEST_REDIS_URL, RM_TEST_POSTGRES_URL and RM_TEST_RABBITMQ_URL. Tests use
+Redis database 15, a database of their own in PostgreSQL and a virtual host of their own in
+RabbitMQ, so nothing else on those servers is touched.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sqlmodel import SQLModel
 from service.api.app import create_app
 from service.kernel.settings import Settings
 from service.store.migrate import upgrade
+from tests.support.brokers import RABBITMQ_URL, answers, session_vhost
 from tests.support.environment import POSTGRES_ADMIN_URL, REDIS_URL, in_ci, make_settings
 from tests.support.live import (
     FakeJudged,
@@ -81,6 +83,24 @@ def redis_url() -> Iterator[str]:
     yield REDIS_URL
     client.flushdb()
     client.close()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server_url() -> Iterator[str]:
+    """RabbitMQ, on a virtual host of this test session's own."""
+    if not answers(RABBITMQ_URL):  # a skip, which fails in CI (pytest_runtest_makereport)
+        pytest.skip(f"no RabbitMQ at {RABBITMQ_URL}; .ci/run starts one")
+    with session_vhost(RABBITMQ_URL) as url:
+        yield url
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def broker_url(request: pytest.FixtureRequest, redis_url: str) -> str:
+    """The judge queue's broker (RM_BROKER_URL): the test's Redis itself, then RabbitMQ."""
+    if request.param == "redis":
+        return redis_url
+    url: str = request.getfixturevalue("rabbitmq_server_url")
+    return url
 
 
 @pytest.fixture

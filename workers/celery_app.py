@@ -8,6 +8,11 @@
 - ``visibility_timeout`` longer than any task: Redis redelivers an unacknowledged task only after
   this long, so it must exceed the slowest judge call with all its retries.
 - a worker survives losing Redis while it holds a task: see ``_connparams_while_attached``.
+- the broker is ``RM_BROKER_URL`` (RabbitMQ, or another Redis) when set. RabbitMQ redelivers a
+  task as soon as the connection of the worker holding it closes, so the visibility timeout does
+  not apply there; its own ``consumer_timeout`` (30 minutes by default) closes the channel of a
+  task held longer, which the slowest judge call with all its retries (15 minutes with the
+  default settings) stays under.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from service.ingest.judge_queue import JUDGE_SLICE_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK
+from service.kernel.broker import is_redis_url
 from service.kernel.queue_names import urgent_queue
 from service.kernel.redis_check import eviction_problem
 from service.kernel.settings import get_settings
@@ -59,7 +65,7 @@ _RedisChannel._connparams = _connparams_while_attached
 
 def make_celery() -> Celery:
     settings = get_settings()
-    app = Celery("retrieval-monitor", broker=settings.redis_url, include=["workers.tasks"])
+    app = Celery("retrieval-monitor", broker=settings.judge_broker_url, include=["workers.tasks"])
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -98,9 +104,14 @@ app = make_celery()
 
 @worker_init.connect  # type: ignore[untyped-decorator]
 def refuse_an_evicting_broker(**_kwargs: object) -> None:
-    problem = eviction_problem(Redis.from_url(get_settings().redis_url))
-    if problem is not None:
-        raise SystemExit(f"retrieval-monitor worker refuses to start: {problem}")
+    """The Redis of the aggregates, and the broker when it is another Redis: either one evicting
+    keys would drop queued tasks or the once-only markers."""
+    settings = get_settings()
+    urls = {settings.redis_url, settings.judge_broker_url}
+    for url in sorted(url for url in urls if is_redis_url(url)):
+        problem = eviction_problem(Redis.from_url(url))
+        if problem is not None:
+            raise SystemExit(f"retrieval-monitor worker refuses to start: {problem}")
 
 
 @worker_init.connect  # type: ignore[untyped-decorator]

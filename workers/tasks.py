@@ -253,7 +253,7 @@ def sweep_pending() -> int:
         # it again would only pile copies behind it. Those keep their message and a new lease.
         # An event a worker is judging right now is not lost either: its claim says so. The
         # queue is read first, so an event taken from it meanwhile shows as claimed.
-        waiting = waiting_event_pks(rt.redis, _queues(rt)) if stale else set()
+        waiting = _waiting(rt, stale) if stale else set()
         claims = EventClaims(rt.redis, judge().identity, rt.settings.pending_requeue_seconds)
         in_progress = claims.held([pk for pk in stale if pk not in waiting])
         lost = [pk for pk in stale if pk not in waiting and pk not in in_progress]
@@ -274,6 +274,23 @@ def sweep_pending() -> int:
             },
         )
     return len(lost)
+
+
+def _waiting(rt: Runtime, stale: list[int]) -> set[int]:
+    """Which of the ``stale`` events still have a message waiting in the judge queues.
+
+    A Redis broker's queues are lists, read without taking anything. An AMQP broker (RabbitMQ)
+    tells only how many messages wait: while any do, every stale event is taken as waiting and
+    keeps its lease, and once the queues are empty, those not claimed are lost and sent again.
+    So under a backlog that never drains, an event whose message was lost waits for the drain;
+    docs/reliability.md says so.
+    """
+    broker = rt.broker_queues
+    if broker.redis is not None:
+        return waiting_event_pks(broker.redis, _queues(rt))
+    if any(broker.depths(_queues(rt)).values()):
+        return set(stale)
+    return set()
 
 
 def _queues(rt: Runtime) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import APIRouter, Response
 from sqlalchemy import text
 
@@ -19,7 +21,8 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz", responses={503: {"description": "The database is unreachable."}})
 def readyz(response: Response, state: StateDep) -> dict[str, str]:
-    """Readiness: the database answers. Redis is reported but does not decide it.
+    """Readiness: the database answers. Redis (and the broker, when it is apart) is reported but
+    does not decide it.
 
     A ready pod is one that can accept events, and accepting needs only the database: an event is
     committed before its 2xx, and one whose judge task could not be queued is re-enqueued by the
@@ -34,12 +37,19 @@ def readyz(response: Response, state: StateDep) -> dict[str, str]:
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"error: {type(exc).__name__}"
-    try:
-        state.runtime.redis.ping()
-        checks["redis"] = "ok"
-    except Exception as exc:
-        checks["redis"] = f"error: {type(exc).__name__}"
+    checks["redis"] = _answers(state.runtime.redis.ping)
+    if state.runtime.settings.judge_broker_url != state.runtime.settings.redis_url:
+        checks["broker"] = _answers(state.runtime.broker_queues.ping)
     if checks["database"] != "ok":
         response.status_code = 503
         return {"status": "not ready", **checks}
-    return {"status": "ready" if checks["redis"] == "ok" else "degraded", **checks}
+    degraded = any(value != "ok" for value in checks.values())
+    return {"status": "degraded" if degraded else "ready", **checks}
+
+
+def _answers(ping: Callable[[], object]) -> str:
+    try:
+        ping()
+    except Exception as exc:
+        return f"error: {type(exc).__name__}"
+    return "ok"

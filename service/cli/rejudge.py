@@ -85,7 +85,9 @@ def cmd_rejudge(args: argparse.Namespace, settings: Settings) -> int:
         args.include_skipped,
         window_text=f"{args.since}..{args.until or 'now'}",
     )
-    sender = Celery("retrieval-monitor-rejudge", broker=settings.redis_url, set_as_current=False)
+    sender = Celery(
+        "retrieval-monitor-rejudge", broker=settings.judge_broker_url, set_as_current=False
+    )
     result = Rejudge(Runtime(settings), sender).run(
         plan, args.batch_size, args.max_queued, wait_for_budget=not args.no_wait
     )

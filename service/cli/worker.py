@@ -32,7 +32,11 @@ def add_worker_commands(sub: argparse._SubParsersAction) -> None:  # type: ignor
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.redis_url:
-        print("retrieval-monitor worker: set RM_REDIS_URL to the broker's URL", file=sys.stderr)
+        print(
+            "retrieval-monitor worker: set RM_REDIS_URL to the Redis of the aggregates "
+            "(and RM_BROKER_URL if the judge queue runs elsewhere)",
+            file=sys.stderr,
+        )
         return 2
     concurrency = args.concurrency or settings.worker_concurrency
     command = worker_command(concurrency, args.with_scheduler, settings)

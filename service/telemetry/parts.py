@@ -9,6 +9,7 @@ from typing import Protocol
 from redis import Redis
 from sqlalchemy import Engine
 
+from service.kernel.broker import BrokerQueues
 from service.kernel.settings import Settings
 from service.telemetry.aggregates import Aggregates
 
@@ -25,3 +26,6 @@ class ProcessParts(Protocol):
 
     @property
     def aggregates(self) -> Aggregates: ...
+
+    @property
+    def broker_queues(self) -> BrokerQueues: ...

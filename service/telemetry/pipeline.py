@@ -29,13 +29,8 @@ def read_pipeline_state(runtime: ProcessParts) -> PipelineState:
         if summary.oldest_received_at is not None
     }
     queues = (runtime.settings.queue_name, urgent_queue(runtime.settings.queue_name))
-    # One round trip for both queues: every round trip of a scrape adds to its time.
-    with runtime.redis.pipeline(transaction=False) as pipe:
-        for queue in queues:
-            pipe.llen(queue)
-        depths = pipe.execute()
     return PipelineState(
-        queue_depth={queue: int(d) for queue, d in zip(queues, depths, strict=True)},
+        queue_depth=runtime.broker_queues.depths(queues),
         pending_events={t: pending[t].count if t in pending else 0 for t in sorted(tenants)},
         oldest_pending_age_seconds={t: ages.get(t, 0.0) for t in sorted(tenants)},
     )

@@ -9,6 +9,7 @@ from functools import cached_property
 from redis import Redis
 from sqlalchemy import Engine
 
+from service.kernel.broker import BrokerQueues
 from service.kernel.redaction import Redactor
 from service.kernel.settings import Settings
 from service.store.engine import get_engine
@@ -32,6 +33,12 @@ class Runtime:
                 "Redis, or set RM_REDIS_URL to a Redis server"
             )
         return Redis.from_url(self.settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+
+    @cached_property
+    def broker_queues(self) -> BrokerQueues:
+        """The judge queues as the broker holds them (the Redis above unless RM_BROKER_URL)."""
+        url = self.settings.judge_broker_url
+        return BrokerQueues(url, self.redis if url == self.settings.redis_url else None)
 
     @cached_property
     def redactor(self) -> Redactor:

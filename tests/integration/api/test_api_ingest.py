@@ -228,6 +228,31 @@ def test_readiness_holds_through_a_redis_outage(tmp_path, sqlite_url) -> None:  
         assert client.post("/v1/events", json=make_event("ev-1")).status_code == 202
 
 
+def test_readiness_reports_a_broker_apart_and_holds_through_its_outage(
+    tmp_path: Path, sqlite_url: str, redis_url: str, rabbitmq_server_url: str
+) -> None:
+    from service.api.app import create_app
+    from service.store.migrate import upgrade
+    from tests.support.environment import make_settings
+
+    upgrade(sqlite_url)
+    settings = make_settings(tmp_path, sqlite_url, redis_url, broker_url=rabbitmq_server_url)
+    with TestClient(create_app(settings)) as client:
+        ready = client.get("/readyz")
+        assert ready.json() == {"status": "ready", "database": "ok", "redis": "ok", "broker": "ok"}
+    down = make_settings(
+        tmp_path, sqlite_url, redis_url, broker_url="amqp://guest:guest@127.0.0.1:1//"
+    )
+    with TestClient(create_app(down)) as client:
+        ready = client.get("/readyz")
+        assert ready.status_code == 200  # accepting needs only the database, as with Redis
+        assert ready.json()["status"] == "degraded"
+        assert ready.json()["broker"].startswith("error")
+        assert ready.json()["redis"] == "ok"
+        # The event is committed; its judge message waits for the sweeper.
+        assert client.post("/v1/events", json=make_event("ev-1")).status_code == 202
+
+
 def test_readiness_fails_when_the_database_is_unreachable(tmp_path: Path, redis_url: str) -> None:
     from service.api.app import create_app
     from tests.support.environment import make_settings

@@ -1,5 +1,6 @@
-"""Faults injected for real: a SIGKILLed API, a SIGKILLed worker mid-judgment, a Redis restarted
-and flushed with events in its queue. Every accepted event ends judged exactly once."""
+"""Faults injected for real: a SIGKILLed API, a SIGKILLed worker mid-judgment (on either broker),
+a Redis restarted and flushed with events in its queue, a Redis or a RabbitMQ node killed and
+started again under traffic. Every accepted event ends judged exactly once."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from sqlalchemy import create_engine, text
 
 from service.process.embedded import free_port
 from service.store.migrate import upgrade
+from tests.support.brokers import RabbitMQNode
 from tests.support.database import db_scalar
 from tests.support.environment import make_settings
 from tests.support.fake_llm.fixture import FakeLLM
@@ -124,11 +126,14 @@ def test_every_acknowledged_event_survives_a_killed_api(
 
 def test_a_worker_killed_mid_judgment_loses_nothing(
     redis_url: str,
+    broker_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
     fake_judged: FakeJudged,
 ) -> None:
-    settings = fake_judged(pending_requeue_seconds=3, sweep_interval_seconds=1)
+    settings = fake_judged(
+        pending_requeue_seconds=3, sweep_interval_seconds=1, broker_url=broker_url
+    )
     fake_llm.set_labels({(None, "passage number 1 about topic 1"): 3})
     fake_llm.set_fault("slow", count=2, delay=30)  # the first calls hang: kill during them
     first = worker_factory(settings, concurrency=2)
@@ -390,3 +395,80 @@ def test_redis_killed_and_restarted_under_traffic_loses_nothing(
     finally:
         stop.set()
         server.stop()
+
+
+def test_rabbitmq_killed_and_restarted_under_traffic_loses_nothing(
+    redis_url: str,
+    fake_llm: FakeLLM,
+    worker_factory: WorkerFactory,
+    fake_judged: FakeJudged,
+) -> None:
+    """The judge queue on a RabbitMQ node of the test's own (RM_BROKER_URL), the aggregates on
+    Redis. Clients post and a worker judges while the node is SIGKILLed and started again on the
+    same port and data: every acknowledged event is stored and judged once, and the counters,
+    which the broker never held, equal the database."""
+    node = RabbitMQNode().start()
+    settings = fake_judged(
+        broker_url=node.url, pending_requeue_seconds=1, sweep_interval_seconds=0.5
+    )
+    acknowledged: list[str] = []
+    statuses: list[int] = []
+    stop = threading.Event()
+    try:
+        worker_factory(settings, concurrency=2, with_scheduler=True).start()
+        with LiveServer(settings) as api:
+
+            def client(number: int) -> None:
+                with httpx.Client(base_url=api.url, timeout=30) as http:
+                    batch = 0
+                    while not stop.is_set():
+                        events = [
+                            make_event(f"r{number}-{batch}-{i}", n=2, query=f"q {number} {batch}")
+                            for i in range(5)
+                        ]
+                        batch += 1
+                        try:
+                            response = http.post("/v1/events/batch", json={"events": events})
+                        except httpx.TransportError:
+                            continue
+                        statuses.append(response.status_code)
+                        if response.status_code == 200:
+                            acknowledged.extend(
+                                r["event_id"]
+                                for r in response.json()["results"]
+                                if r["status"] == "accepted"
+                            )
+
+            threads = [threading.Thread(target=client, args=(n,)) for n in range(2)]
+            for thread in threads:
+                thread.start()
+            judged = "SELECT count(*) FROM events WHERE status='judged'"
+            wait_for(lambda: db_scalar(settings, judged) >= 20, timeout=120)
+            node.kill()  # the worker's and the API's connections break mid-stream
+            posted_while_down = len(statuses)
+            wait_for(lambda: len(statuses) > posted_while_down + 2, timeout=60)
+            node.start()
+            resumed = len(acknowledged)
+            wait_for(lambda: len(acknowledged) > resumed + 20, timeout=120)
+            stop.set()
+            for thread in threads:
+                thread.join()
+            stored = db_scalar(settings, "SELECT count(*) FROM events")
+            # The wait lasts while the count of judged events still moves (the worker reconnects
+            # and the sweeper re-sends what the kill lost), and fails once it stalls.
+            wait_while_progressing(
+                lambda: db_scalar(settings, judged), stored, stall_seconds=120, interval=1
+            )
+            assert len(set(acknowledged)) == len(acknowledged)
+            assert stored == len(acknowledged)  # accepted = stored
+            assert db_scalar(settings, "SELECT count(*) FROM scores") == stored  # judged once
+            wait_for(
+                lambda: metric_total(api.url, "retrieval_monitor_events_judged_total") == stored,
+                timeout=60,
+            )
+            assert metric_total(api.url, "retrieval_monitor_events_accepted_total") == stored
+            assert metric_total(api.url, "retrieval_monitor_measure_precision_count") == stored
+        assert 500 not in statuses, sorted(set(statuses))
+    finally:
+        stop.set()
+        node.stop()

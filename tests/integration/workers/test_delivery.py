@@ -14,6 +14,7 @@ import redis
 from celery import Celery
 
 from service.ingest.judge_queue import JUDGE_SLICE_TASK, waiting_event_pks
+from service.kernel.broker import BrokerQueues
 from service.kernel.settings import Settings
 from service.telemetry.aggregates import DONE_TTL_SECONDS, Aggregates
 from tests.support.database import db_scalar, judged_and_exported
@@ -89,6 +90,7 @@ def pool_processes(worker: WorkerProcess) -> list[int]:
 
 def test_a_pool_process_killed_mid_task_is_redelivered_without_the_sweeper(
     redis_url: str,
+    broker_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
     fake_judged: FakeJudged,
@@ -97,7 +99,7 @@ def test_a_pool_process_killed_mid_task_is_redelivered_without_the_sweeper(
     import signal
 
     # No scheduler runs, and its requeue time is far away: only Celery can bring the task back.
-    settings = fake_judged(pending_requeue_seconds=3600)
+    settings = fake_judged(pending_requeue_seconds=3600, broker_url=broker_url)
     fake_llm.set_labels({(None, "passage number 1 about topic 1"): 3})
     fake_llm.set_fault("slow", count=1, delay=60)  # the first call hangs: kill during it
     worker = worker_factory(settings, concurrency=1).start()
@@ -119,22 +121,27 @@ def test_a_pool_process_killed_mid_task_is_redelivered_without_the_sweeper(
 
 def test_two_deliveries_of_one_event_at_once_make_one_judge_call(
     redis_url: str,
+    broker_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
     fake_judged: FakeJudged,
 ) -> None:
-    settings = fake_judged()
+    settings = fake_judged(broker_url=broker_url)
     _runtime, pk = store_event(settings, "twice", "a question", ["first text", "second text"], 2)
     fake_llm.hold()  # the first delivery's call stays in flight until released
-    worker_factory(settings, concurrency=2).start()
-    sender = Celery(broker=redis_url)
+    worker = worker_factory(settings, concurrency=2).start()
+    sender = Celery(broker=broker_url)
     for _ in range(2):
         sender.send_task(JUDGE_SLICE_TASK, args=[[pk]], queue=settings.queue_name)
-    client = redis.Redis.from_url(redis_url)
-    # One call in flight, and the other delivery taken and done with (acknowledged) while it is.
+    queues = BrokerQueues(broker_url)
+    # One call in flight, and the other delivery taken and done with while it is.
     wait_for(lambda: fake_llm.stats()["calls"] == 1, timeout=60)
     wait_for(
-        lambda: client.llen(settings.queue_name) == 0 and client.hlen("unacked") == 1, timeout=60
+        lambda: (
+            queues.depths([settings.queue_name])[settings.queue_name] == 0
+            and _finished_tasks(worker, JUDGE_SLICE_TASK) == 1
+        ),
+        timeout=60,
     )
     fake_llm.release()
     wait_for(lambda: db_scalar(settings, "SELECT count(*) FROM scores") == 1, timeout=60)
@@ -178,7 +185,7 @@ def test_a_judge_call_longer_than_the_claim_lifetime_is_not_asked_again(
 
 
 def test_a_backlog_older_than_the_requeue_time_is_not_sent_again(
-    redis_url: str,
+    broker_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
     fake_judged: FakeJudged,
@@ -194,13 +201,18 @@ def test_a_backlog_older_than_the_requeue_time_is_not_sent_again(
         pending_requeue_seconds=1,
         sweep_interval_seconds=0.5,
         judge_gather_seconds=0,  # one message per event
+        broker_url=broker_url,
     )
     fake_llm.set_fault("slow", count=None, delay=0.7)  # one process judges 1.4 events a second
-    client = redis.Redis.from_url(redis_url)
+    queues = BrokerQueues(broker_url)
+
+    def waiting() -> int:
+        return queues.depths([settings.queue_name])[settings.queue_name]
+
     with TestClient(create_app(settings)) as api:
         for i in range(events):
             assert api.post("/v1/events", json=make_event(f"b{i}", query=f"q {i}")).status_code
-        assert client.llen(settings.queue_name) == events
+        wait_for(lambda: waiting() == events, timeout=10)  # AMQP counts a publish a moment late
         # The whole backlog is older than the requeue time before any worker looks at it.
         stale_from = time.monotonic() + settings.pending_requeue_seconds
         wait_for(lambda: time.monotonic() > stale_from, timeout=30)
@@ -211,7 +223,7 @@ def test_a_backlog_older_than_the_requeue_time_is_not_sent_again(
         def judged_all() -> bool:
             nonlocal sweeps_with_a_stale_backlog
             pending = db_scalar(settings, "SELECT count(*) FROM events WHERE status='pending'")
-            depths.append((int(client.llen(settings.queue_name)), pending))
+            depths.append((waiting(), pending))
             if pending > events // 2:
                 sweeps_with_a_stale_backlog = _finished_tasks(worker, "events.sweep")
             return pending == 0

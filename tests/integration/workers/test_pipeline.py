@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
 from service.kernel.settings import Settings
+from tests.support.brokers import empty_queue
 from tests.support.environment import make_settings
 from tests.support.fake_llm.fixture import FakeLLM
 from tests.support.helpers import make_event
@@ -287,16 +288,15 @@ def test_a_redelivered_task_never_counts_twice(
 
 
 def test_lost_tasks_are_swept_back_and_backlog_is_exported(
-    redis_url: str,
+    broker_url: str,
     fake_llm: FakeLLM,
     worker_factory: WorkerFactory,
     fake_judged: FakeJudged,
 ) -> None:
-    import redis as redis_lib
-
     settings = fake_judged(
         pending_requeue_seconds=0.5,
         judge_gather_seconds=5,  # the three posts below surely fall in one gathering window
+        broker_url=broker_url,
     )
     label_topics(fake_llm, {1: 3})
     with TestClient(create_app(settings)) as client:
@@ -310,13 +310,13 @@ def test_lost_tasks_are_swept_back_and_backlog_is_exported(
         assert metric(client, "retrieval_monitor_queue_depth", queue=settings.queue_name) == 1
         assert metric(client, "retrieval_monitor_events_pending") == 3
         assert metric(client, "retrieval_monitor_oldest_pending_event_age_seconds") > 0
-        # Redis loses the queue (a restart without persistence, a FLUSHALL).
-        redis_lib.Redis.from_url(redis_url).delete(settings.queue_name)
+        # The broker loses the queue (a restart without persistence, a FLUSHALL, a purge).
+        empty_queue(broker_url, settings.queue_name)
         assert metric(client, "retrieval_monitor_queue_depth", queue=settings.queue_name) == 0
         worker_factory(settings).start()
         from celery import Celery
 
-        Celery(broker=redis_url).send_task("events.sweep", queue=settings.queue_name)
+        Celery(broker=broker_url).send_task("events.sweep", queue=settings.queue_name)
         for i in range(3):
             assert wait_status(client, f"lost-{i}")["measures"]["precision"] == 0.5
         assert metric(client, "retrieval_monitor_events_pending") == 0
