@@ -1,11 +1,11 @@
 """The benchmark suite: every figure of the performance section, in one command.
 
 ``python -m tests.benchmarks`` (``make bench``) runs ingest, judge tokens, judging, the local
-judge, the scrape, the client library's, the shared vectors', the storage and the
-ingest-to-/metrics lag benchmarks in turn, prints one table (each figure, the median of its runs,
-next to its same-run baseline and their ratio) and writes it to ``bench-results/bench.json`` and
-``bench-results/bench.md``. ``--quick`` runs each once on tiny inputs (the smoke test uses it).
-Nothing here asserts a timing.
+judge, the scrape, the judge queue's brokers, the client library's, the shared vectors', the
+storage and the ingest-to-/metrics lag benchmarks in turn, prints one table (each figure, the
+median of its runs, next to its same-run baseline and their ratio) and writes it to
+``bench-results/bench.json`` and ``bench-results/bench.md``. ``--quick`` runs each once on tiny
+inputs (the smoke test uses it). Nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.benchmarks import (
+    bench_broker,
     bench_client,
     bench_ingest,
     bench_judging,
@@ -67,6 +68,7 @@ QUICK = {
     "vectors": ["--events", "3", "--k", "2", "--repeat", "1"],
     "storage": ["--claims", "20", "--rounds", "2"],
     "lag": ["--seconds", "2", "--rate", "20", "--no-postgres", "--workers", "1"],
+    "broker": ["--sends", "20", "--batches", "2", "--singles", "20", "--repeat", "1"],
 }
 
 
@@ -147,6 +149,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Figure]]] = {
     "judging": _module(bench_judging),
     "local_judge": local_judge,
     "scrape": _module(bench_scrape),
+    "broker": _module(bench_broker),
     "client": _module(bench_client),
     "vectors": _module(bench_vectors),
     "storage": _module(bench_storage),

@@ -180,6 +180,21 @@ def test_scrape_figure(tmp_path: Path) -> None:
     assert "20 earlier events" in str(rows[1]["name"])
 
 
+def test_broker_figures(tmp_path: Path) -> None:
+    _redis_or_skip()
+    from tests.benchmarks.bench_broker import RABBITMQ_URL
+    from tests.support.brokers import answers
+
+    if not answers(RABBITMQ_URL):
+        pytest.skip(f"no RabbitMQ at {RABBITMQ_URL}")
+    rows = _run("broker", tmp_path)
+    names = [str(r["name"]) for r in rows]
+    assert len(rows) == 6  # two send figures, then rate and CPU for batches and single events
+    assert all(_has_value(r) and r["baseline"] for r in rows), rows
+    assert any("RabbitMQ" in n and "events/batch" in n for n in names)
+    assert any("RabbitMQ" in n and "POST /v1/events (" in n for n in names)
+
+
 def test_client_figures(tmp_path: Path) -> None:
     _redis_or_skip()
     rows = _run("client", tmp_path)
