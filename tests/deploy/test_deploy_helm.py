@@ -38,6 +38,8 @@ NAMESPACE = "observability"
 # The oldest Kubernetes the chart declares (Chart.yaml kubeVersion) and the newest with schemas.
 KUBE_VERSIONS = ("1.25.0", "1.37.0")
 SECRET_SETTINGS = ("RM_DATABASE_URL", "RM_REDIS_URL", "RM_JUDGE_API_KEY")
+# Secret when set, and set only when the judge queue has a broker of its own.
+BROKER_SETTING = "RM_BROKER_URL"
 DATA_DIR = "/var/lib/retrieval-monitor"
 CRD_MODELS = {
     "ServiceMonitor": ("cloudcoil.models.prometheus_operator.v1", "ServiceMonitor"),
@@ -132,8 +134,8 @@ def env_names(manifest: Manifest) -> list[str]:
 # --- the chart as a whole -----------------------------------------------------------------------
 
 
-def test_the_three_ci_scenarios_exist() -> None:
-    assert {"minimal", "full", "existing-secret"} <= set(CI_SCENARIOS)
+def test_the_ci_scenarios_exist() -> None:
+    assert {"minimal", "full", "existing-secret", "rabbitmq"} <= set(CI_SCENARIOS)
 
 
 @pytest.mark.parametrize("scenario", ["default", *CI_SCENARIOS])
@@ -175,6 +177,8 @@ def test_ci_values_meet_the_schema(chart: helm.Chart, scenario: str) -> None:
         ({"api": {"replicas": "two"}}, "/api/replicas"),
         ({"replicaCount": 3}, "replicaCount"),
         ({"externalRedis": {"url": "localhost:6379"}}, "/externalRedis/url"),
+        ({"externalBroker": {"url": "rabbitmq:5672"}}, "/externalBroker/url"),
+        ({"config": {"RM_BROKER_URL": "amqp://u:p@h//"}}, "RM_BROKER_URL"),
     ],
 )
 def test_schema_refuses_bad_values(
@@ -429,6 +433,7 @@ def test_secrets_never_reach_a_configmap_or_a_plain_env_value(
         full["judge"]["apiKey"],
         "ci-database-password",
         "ci-redis-password",
+        "ci-broker-password",
         full["externalDatabase"]["url"],
     ]
     for scenario, manifests in rendered.items():
@@ -439,7 +444,7 @@ def test_secrets_never_reach_a_configmap_or_a_plain_env_value(
             leaked = [s for s in secrets if s in text]
             assert leaked == [], f"{scenario}: {manifest['kind']} {manifest['metadata']['name']}"
             if manifest["kind"] == "ConfigMap":
-                assert not set(SECRET_SETTINGS) & set(manifest.get("data", {}))
+                assert not {*SECRET_SETTINGS, BROKER_SETTING} & set(manifest.get("data", {}))
     chart_secrets = [m for m in of_kind(rendered["full"], "Secret") if not is_hook(m)]
     assert len(chart_secrets) == 1
     assert chart_secrets[0]["stringData"]["RM_JUDGE_API_KEY"] == full["judge"]["apiKey"]
@@ -473,6 +478,58 @@ def test_each_workload_gets_only_the_secrets_it_uses(rendered: dict[str, list[Ma
     job = only(manifests, "Job")
     assert "RM_DATABASE_URL" in env_names(job)
     assert not {"RM_REDIS_URL", "RM_JUDGE_API_KEY"} & set(env_names(job))
+
+
+def test_a_broker_of_its_own_reaches_every_process_that_queues_or_judges(
+    rendered: dict[str, list[Manifest]],
+) -> None:
+    """externalBroker.url goes into the chart's Secret and, from it, to the API, the workers and
+    the scheduler (never to the migration job); without it no process gets RM_BROKER_URL."""
+    manifests = rendered["rabbitmq"]
+    (secret,) = [m for m in of_kind(manifests, "Secret") if not is_hook(m)]
+    assert secret["stringData"][BROKER_SETTING] == ci_values("rabbitmq")["externalBroker"]["url"]
+    for component in ("api", "worker", "scheduler"):
+        (entry,) = [
+            e
+            for e in container(only(manifests, "Deployment", component))["env"]
+            if e["name"] == BROKER_SETTING
+        ]
+        assert entry["valueFrom"]["secretKeyRef"] == {
+            "name": secret["metadata"]["name"],
+            "key": BROKER_SETTING,
+        }
+    assert BROKER_SETTING not in env_names(only(manifests, "Job"))
+    for scenario in ("minimal", "full", "existing-secret"):
+        for workload in [
+            *of_kind(rendered[scenario], "Deployment"),
+            *of_kind(rendered[scenario], "Job"),
+        ]:
+            assert BROKER_SETTING not in env_names(workload), scenario
+
+
+def test_keda_reads_the_rabbitmq_queue_when_the_queue_is_there(
+    rendered: dict[str, list[Manifest]], chart: helm.Chart
+) -> None:
+    manifests = rendered["rabbitmq"]
+    values = ci_values("rabbitmq")
+    (trigger,) = only(manifests, "ScaledObject")["spec"]["triggers"]
+    assert trigger["type"] == "rabbitmq"
+    assert trigger["metadata"] == {
+        "protocol": "amqp",
+        "queueName": values["config"]["RM_QUEUE_NAME"],
+        "mode": "QueueLength",
+        "value": str(values["worker"]["keda"]["listLength"]),
+    }
+    auth = only(manifests, "TriggerAuthentication")
+    assert trigger["authenticationRef"] == {"name": auth["metadata"]["name"]}
+    (secret,) = [m for m in of_kind(manifests, "Secret") if not is_hook(m)]
+    # KEDA reads the broker's address, password included, from the chart's Secret.
+    assert auth["spec"]["secretTargetRef"] == [
+        {"parameter": "host", "name": secret["metadata"]["name"], "key": BROKER_SETTING}
+    ]
+    without_broker = {**values, "externalBroker": {"url": ""}}
+    with pytest.raises(helm.HelmRenderError, match="reads the broker URL from the Secret"):
+        render(chart, without_broker)
 
 
 def test_config_settings_are_real_settings(rendered: dict[str, list[Manifest]]) -> None:

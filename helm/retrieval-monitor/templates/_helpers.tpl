@@ -83,6 +83,7 @@ app.kubernetes.io/component: {{ .component }}
 databaseUrl: RM_DATABASE_URL
 redisUrl: RM_REDIS_URL
 judgeApiKey: RM_JUDGE_API_KEY
+brokerUrl: {{ if .Values.externalBroker.url }}RM_BROKER_URL{{ else }}""{{ end }}
 {{- end }}
 {{- end }}
 
@@ -147,6 +148,13 @@ Call with (dict "root" . "database" true "redis" true "judgeKey" false).
     secretKeyRef:
       name: {{ $secret }}
       key: {{ $keys.redisUrl }}
+{{- end }}
+{{- if $keys.brokerUrl }}
+- name: RM_BROKER_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $keys.brokerUrl }}
 {{- end }}
 {{- end }}
 {{- if .judgeKey }}
