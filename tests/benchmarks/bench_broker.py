@@ -21,20 +21,18 @@ import argparse
 import os
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import redis
 
 from service.ingest.judge_queue import JUDGE_SLICE_TASK, JudgeQueue, celery_sender
 from service.kernel.broker import BrokerQueues
-from tests.benchmarks.bench_ingest import batch_bodies, event, post_batches, store
+from tests.benchmarks.bench_ingest import batch_bodies, event, post_batches, post_bodies, store
 from tests.benchmarks.common import (
     REDIS_URL,
     Figure,
@@ -43,9 +41,9 @@ from tests.benchmarks.common import (
     cpu_seconds,
     free_port,
     median_figure,
+    run_benchmark,
     running,
     service_env,
-    table,
 )
 
 RABBITMQ_URL = os.environ.get("RM_BENCH_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
@@ -122,34 +120,11 @@ def measure_sends(sends: int, repeat: int) -> list[Figure]:
     ]
 
 
-def post_singles(url: str, count: int, run: str, threads: int = 4) -> float:
-    """Seconds to post ``count`` single events with ``threads`` clients."""
-    bodies = [orjson.dumps(event(i, run)) for i in range(count)]
-    lock = threading.Lock()
-    errors: list[str] = []
-
-    def client() -> None:
-        with httpx.Client(base_url=url, timeout=120) as http:
-            while True:
-                with lock:
-                    if not bodies:
-                        return
-                    body = bodies.pop()
-                answer = http.post(
-                    "/v1/events", content=body, headers={"content-type": "application/json"}
-                )
-                if answer.status_code != 202:
-                    errors.append(f"{answer.status_code} {answer.text[:200]}")
-
-    started = time.monotonic()
-    workers = [threading.Thread(target=client) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    if errors:
-        raise RuntimeError(f"event refused: {errors[0]}")
-    return time.monotonic() - started
+def post_singles(url: str, count: int, run: str) -> float:
+    """Seconds to post ``count`` single events with four clients."""
+    return post_bodies(
+        url, [orjson.dumps(event(i, run)) for i in range(count)], "/v1/events", 202, 4
+    )
 
 
 def measure_api(batches: int, singles: int, repeat: int) -> list[Figure]:
@@ -220,10 +195,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    add_arguments(parser)
-    print(table(measure(parser.parse_args(argv))))
-    return 0
+    return run_benchmark(__doc__, add_arguments, measure, argv)
 
 
 if __name__ == "__main__":

@@ -45,9 +45,9 @@ from tests.benchmarks.common import (
     median_figure,
     postgres_database,
     rss_mib,
+    run_benchmark,
     running,
     service_env,
-    table,
 )
 
 PASSAGES = synthetic_passages(200, 150)
@@ -132,7 +132,12 @@ def saturate(
 
 
 def post_batches(url: str, bodies: list[bytes], threads: int = 2) -> float:
-    """Seconds to post every body with ``threads`` clients."""
+    """Seconds to post every batch body with ``threads`` clients."""
+    return post_bodies(url, bodies, "/v1/events/batch", 200, threads)
+
+
+def post_bodies(url: str, bodies: list[bytes], path: str, answer: int, threads: int) -> float:
+    """Seconds to post every body to ``path`` with ``threads`` clients, each answered ``answer``."""
     queue = list(reversed(bodies))
     lock = threading.Lock()
     errors: list[str] = []
@@ -144,11 +149,9 @@ def post_batches(url: str, bodies: list[bytes], threads: int = 2) -> float:
                     if not queue:
                         return
                     body = queue.pop()
-                answer = http.post(
-                    "/v1/events/batch", content=body, headers={"content-type": "application/json"}
-                )
-                if answer.status_code != 200:
-                    errors.append(f"{answer.status_code} {answer.text[:200]}")
+                got = http.post(path, content=body, headers={"content-type": "application/json"})
+                if got.status_code != answer:
+                    errors.append(f"{got.status_code} {got.text[:200]}")
 
     started = time.monotonic()
     workers = [threading.Thread(target=client) for _ in range(threads)]
@@ -157,7 +160,7 @@ def post_batches(url: str, bodies: list[bytes], threads: int = 2) -> float:
     for w in workers:
         w.join()
     if errors:
-        raise RuntimeError(f"batch refused: {errors[0]}")
+        raise RuntimeError(f"{path} refused: {errors[0]}")
     return time.monotonic() - started
 
 
@@ -417,11 +420,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    add_arguments(parser)
-    figures = measure(parser.parse_args(argv))
-    print(table(figures))
-    return 0
+    return run_benchmark(__doc__, add_arguments, measure, argv)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,9 @@ from tests.benchmarks.common import (
     Figure,
     api_command,
     free_port,
+    run_benchmark,
     running,
     service_env,
-    table,
 )
 
 
@@ -149,10 +149,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    add_arguments(parser)
-    print(table(measure(parser.parse_args(argv))))
-    return 0
+    return run_benchmark(__doc__, add_arguments, measure, argv)
 
 
 if __name__ == "__main__":

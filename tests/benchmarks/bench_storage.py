@@ -36,7 +36,7 @@ from service.replay.workload import generate_workload
 from service.store.engine import make_engine, session_scope
 from service.store.events import _event_row, insert_events, passage_key, payload_hash
 from service.store.migrate import upgrade
-from tests.benchmarks.common import Figure, postgres_database, table
+from tests.benchmarks.common import Figure, postgres_database, run_benchmark
 from tests.support.paths import shared_data_dir
 
 INGEST_TABLES = ("events", "passages", "passage_texts")
@@ -228,10 +228,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    add_arguments(parser)
-    print(table(measure(parser.parse_args(argv))))
-    return 0
+    return run_benchmark(__doc__, add_arguments, measure, argv)
 
 
 if __name__ == "__main__":

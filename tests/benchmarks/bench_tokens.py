@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.benchmarks.common import BENCH_VENV, Figure, shared_data_dir, table
+from tests.benchmarks.common import BENCH_VENV, Figure, run_benchmark, shared_data_dir
 
 PER_MESSAGE = 3  # the chat format's framing of one message
 PER_REPLY = 3  # priming of the assistant's reply
@@ -148,10 +148,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    add_arguments(parser)
-    print(table(measure(parser.parse_args(argv))))
-    return 0
+    return run_benchmark(__doc__, add_arguments, measure, argv)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ so they are reported (with the load average) rather than checked.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -285,3 +286,17 @@ def in_process_settings(database_url: str, tmp: Path, **extra: object) -> Settin
         }
     )
     return settings
+
+
+def run_benchmark(
+    doc: str | None,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    measure: Callable[[argparse.Namespace], Sequence[Figure]],
+    argv: list[str] | None,
+) -> int:
+    """A benchmark's command line: its knobs (``--help`` gives its docstring's first line), then
+    its figures printed as one table."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    add_arguments(parser)
+    print(table(measure(parser.parse_args(argv))))
+    return 0

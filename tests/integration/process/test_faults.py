@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -20,6 +20,7 @@ import pytest
 import redis
 from sqlalchemy import create_engine, text
 
+from service.kernel.settings import Settings
 from service.process.embedded import free_port
 from service.store.migrate import upgrade
 from tests.support.brokers import RabbitMQNode
@@ -322,6 +323,92 @@ class RedisServer:
             self.process.wait(timeout=10)
 
 
+class Traffic:
+    """Clients posting batches of five events to the API until stopped, each batch with events
+    of its own; what was acknowledged and every status answered."""
+
+    def __init__(self, url: str, prefix: str, clients: int = 2) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.acknowledged: list[str] = []
+        self.statuses: list[int] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._post, args=(n,)) for n in range(clients)]
+
+    def __enter__(self) -> Traffic:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join()
+
+    def _post(self, number: int) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as http:
+            batch = 0
+            while not self._stop.is_set():
+                events = [
+                    make_event(
+                        f"{self.prefix}{number}-{batch}-{i}", n=2, query=f"q {number} {batch}"
+                    )
+                    for i in range(5)
+                ]
+                batch += 1
+                try:
+                    response = http.post("/v1/events/batch", json={"events": events})
+                except httpx.TransportError:
+                    continue
+                self.statuses.append(response.status_code)
+                if response.status_code == 200:
+                    self.acknowledged.extend(
+                        r["event_id"]
+                        for r in response.json()["results"]
+                        if r["status"] == "accepted"
+                    )
+
+
+def outage_under_traffic(
+    settings: Settings, kill: Callable[[], object], start: Callable[[], object], prefix: str
+) -> None:
+    """Posts go on while a worker judges; ``kill`` a part once 20 events are judged, let posts
+    meet the outage, ``start`` it again and post 20 more events. Then every acknowledged event
+    is stored and judged once, no answer was a 500, and the counters equal the database."""
+    judged = "SELECT count(*) FROM events WHERE status='judged'"
+    with LiveServer(settings) as api:
+        with Traffic(api.url, prefix) as traffic:
+            wait_for(lambda: db_scalar(settings, judged) >= 20, timeout=120)
+            kill()
+            posted_while_down = len(traffic.statuses)
+            wait_for(lambda: len(traffic.statuses) > posted_while_down + 2, timeout=60)
+            start()
+            # Posts go on while the sweeper rebuilds what was lost and re-sends the events.
+            resumed = len(traffic.acknowledged)
+            wait_for(lambda: len(traffic.acknowledged) > resumed + 20, timeout=120)
+        stored = db_scalar(settings, "SELECT count(*) FROM events")
+        # Judging the backlog the outage left takes as long as the machine needs: the wait lasts
+        # while the count of judged events still moves, and fails once it stalls.
+        wait_while_progressing(
+            lambda: db_scalar(settings, judged), stored, stall_seconds=120, interval=1
+        )
+        acknowledged = traffic.acknowledged
+        assert len(set(acknowledged)) == len(acknowledged)
+        assert stored == len(acknowledged)  # accepted = stored
+        assert db_scalar(settings, "SELECT count(*) FROM scores") == stored  # judged once
+        wait_for(
+            lambda: metric_total(api.url, "retrieval_monitor_events_judged_total") == stored,
+            timeout=60,
+        )
+        assert metric_total(api.url, "retrieval_monitor_events_accepted_total") == stored
+        assert metric_total(api.url, "retrieval_monitor_measure_precision_count") == stored
+    assert 500 not in traffic.statuses, sorted(set(traffic.statuses))
+
+
 def test_redis_killed_and_restarted_under_traffic_loses_nothing(
     tmp_path: Path,
     fake_llm: FakeLLM,
@@ -333,67 +420,11 @@ def test_redis_killed_and_restarted_under_traffic_loses_nothing(
     sweeper rebuilds from the database (while posts still commit) equal the database."""
     server = RedisServer(tmp_path).start()
     settings = fake_judged(redis=server.url, pending_requeue_seconds=1, sweep_interval_seconds=0.5)
-    acknowledged: list[str] = []
-    statuses: list[int] = []
-    stop = threading.Event()
     try:
         worker_factory(settings, concurrency=2, with_scheduler=True).start()
-        with LiveServer(settings) as api:
-
-            def client(number: int) -> None:
-                with httpx.Client(base_url=api.url, timeout=30) as http:
-                    batch = 0
-                    while not stop.is_set():
-                        events = [
-                            make_event(f"c{number}-{batch}-{i}", n=2, query=f"q {number} {batch}")
-                            for i in range(5)
-                        ]
-                        batch += 1
-                        try:
-                            response = http.post("/v1/events/batch", json={"events": events})
-                        except httpx.TransportError:
-                            continue
-                        statuses.append(response.status_code)
-                        if response.status_code == 200:
-                            acknowledged.extend(
-                                r["event_id"]
-                                for r in response.json()["results"]
-                                if r["status"] == "accepted"
-                            )
-
-            threads = [threading.Thread(target=client, args=(n,)) for n in range(2)]
-            for thread in threads:
-                thread.start()
-            judged = "SELECT count(*) FROM events WHERE status='judged'"
-            wait_for(lambda: db_scalar(settings, judged) >= 20, timeout=120)
-            server.kill()  # the queue, the counters and the once-only markers go with it
-            posted_while_down = len(statuses)
-            wait_for(lambda: len(statuses) > posted_while_down + 2, timeout=60)
-            server.start()
-            # Posts go on while the sweeper rebuilds the counters and re-sends what was lost.
-            resumed = len(acknowledged)
-            wait_for(lambda: len(acknowledged) > resumed + 20, timeout=120)
-            stop.set()
-            for thread in threads:
-                thread.join()
-            stored = db_scalar(settings, "SELECT count(*) FROM events")
-            # Judging the backlog the restart left takes as long as the machine needs: the wait
-            # lasts while the count of judged events still moves, and fails once it stalls.
-            wait_while_progressing(
-                lambda: db_scalar(settings, judged), stored, stall_seconds=120, interval=1
-            )
-            assert len(set(acknowledged)) == len(acknowledged)
-            assert stored == len(acknowledged)  # accepted = stored
-            assert db_scalar(settings, "SELECT count(*) FROM scores") == stored  # judged once
-            wait_for(
-                lambda: metric_total(api.url, "retrieval_monitor_events_judged_total") == stored,
-                timeout=60,
-            )
-            assert metric_total(api.url, "retrieval_monitor_events_accepted_total") == stored
-            assert metric_total(api.url, "retrieval_monitor_measure_precision_count") == stored
-        assert 500 not in statuses, sorted(set(statuses))
+        # The queue, the counters and the once-only markers go with the kill.
+        outage_under_traffic(settings, server.kill, server.start, "c")
     finally:
-        stop.set()
         server.stop()
 
 
@@ -411,64 +442,9 @@ def test_rabbitmq_killed_and_restarted_under_traffic_loses_nothing(
     settings = fake_judged(
         broker_url=node.url, pending_requeue_seconds=1, sweep_interval_seconds=0.5
     )
-    acknowledged: list[str] = []
-    statuses: list[int] = []
-    stop = threading.Event()
     try:
         worker_factory(settings, concurrency=2, with_scheduler=True).start()
-        with LiveServer(settings) as api:
-
-            def client(number: int) -> None:
-                with httpx.Client(base_url=api.url, timeout=30) as http:
-                    batch = 0
-                    while not stop.is_set():
-                        events = [
-                            make_event(f"r{number}-{batch}-{i}", n=2, query=f"q {number} {batch}")
-                            for i in range(5)
-                        ]
-                        batch += 1
-                        try:
-                            response = http.post("/v1/events/batch", json={"events": events})
-                        except httpx.TransportError:
-                            continue
-                        statuses.append(response.status_code)
-                        if response.status_code == 200:
-                            acknowledged.extend(
-                                r["event_id"]
-                                for r in response.json()["results"]
-                                if r["status"] == "accepted"
-                            )
-
-            threads = [threading.Thread(target=client, args=(n,)) for n in range(2)]
-            for thread in threads:
-                thread.start()
-            judged = "SELECT count(*) FROM events WHERE status='judged'"
-            wait_for(lambda: db_scalar(settings, judged) >= 20, timeout=120)
-            node.kill()  # the worker's and the API's connections break mid-stream
-            posted_while_down = len(statuses)
-            wait_for(lambda: len(statuses) > posted_while_down + 2, timeout=60)
-            node.start()
-            resumed = len(acknowledged)
-            wait_for(lambda: len(acknowledged) > resumed + 20, timeout=120)
-            stop.set()
-            for thread in threads:
-                thread.join()
-            stored = db_scalar(settings, "SELECT count(*) FROM events")
-            # The wait lasts while the count of judged events still moves (the worker reconnects
-            # and the sweeper re-sends what the kill lost), and fails once it stalls.
-            wait_while_progressing(
-                lambda: db_scalar(settings, judged), stored, stall_seconds=120, interval=1
-            )
-            assert len(set(acknowledged)) == len(acknowledged)
-            assert stored == len(acknowledged)  # accepted = stored
-            assert db_scalar(settings, "SELECT count(*) FROM scores") == stored  # judged once
-            wait_for(
-                lambda: metric_total(api.url, "retrieval_monitor_events_judged_total") == stored,
-                timeout=60,
-            )
-            assert metric_total(api.url, "retrieval_monitor_events_accepted_total") == stored
-            assert metric_total(api.url, "retrieval_monitor_measure_precision_count") == stored
-        assert 500 not in statuses, sorted(set(statuses))
+        # The worker's and the API's connections break mid-stream.
+        outage_under_traffic(settings, node.kill, node.start, "r")
     finally:
-        stop.set()
         node.stop()
