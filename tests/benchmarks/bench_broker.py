@@ -79,8 +79,9 @@ def _hand_written(url: str) -> Callable[[str], object]:
     senders: dict[str, JudgeQueue] = {}
 
     def send(queue: str) -> object:
-        sender = senders.setdefault(queue, JudgeQueue(url, queue))
-        return sender.push(SLICE)
+        if queue not in senders:  # one sender per run, as an API process holds one
+            senders[queue] = JudgeQueue(url, queue)
+        return senders[queue].push(SLICE)
 
     return send
 
