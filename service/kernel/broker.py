@@ -50,7 +50,8 @@ class BrokerQueues:
                     pipe.llen(queue)
                 counts = pipe.execute()
             return {queue: int(count) for queue, count in zip(queues, counts, strict=True)}
-        return {queue: self._amqp_ready(queue) for queue in queues}
+        with self._connection() as connection:  # one connection for all: a scrape reads two
+            return {queue: _ready(connection, queue) for queue in queues}
 
     def ping(self) -> None:
         """Raise if the broker does not answer."""
@@ -60,17 +61,19 @@ class BrokerQueues:
         with self._connection() as connection:
             connection.ensure_connection(max_retries=1)
 
-    def _amqp_ready(self, queue: str) -> int:
-        with self._connection() as connection:
-            channel = connection.channel()
-            try:
-                _name, ready, _consumers = channel.queue_declare(queue=queue, passive=True)
-            except connection.channel_errors:  # NOT_FOUND: nothing was ever sent to it
-                return 0
-            finally:
-                if channel.is_open:
-                    channel.close()
-            return int(ready)
-
     def _connection(self) -> Any:
         return _Connection(self.url, connect_timeout=CONNECT_SECONDS)
+
+
+def _ready(connection: Any, queue: str) -> int:
+    """The ready messages of ``queue``, by a passive declare on a channel of its own (the broker
+    closes the channel when the queue does not exist)."""
+    channel = connection.channel()
+    try:
+        _name, ready, _consumers = channel.queue_declare(queue=queue, passive=True)
+    except connection.channel_errors:  # NOT_FOUND: nothing was ever sent to it
+        return 0
+    finally:
+        if channel.is_open:
+            channel.close()
+    return int(ready)

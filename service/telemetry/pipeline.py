@@ -8,6 +8,8 @@ the number of tenants, which only an admin creates."""
 
 from __future__ import annotations
 
+import logging
+
 from service.kernel.clock import utcnow
 from service.kernel.queue_names import urgent_queue
 from service.store.engine import session_scope
@@ -16,6 +18,8 @@ from service.store.keys import key_tenants
 from service.store.models import DEFAULT_TENANT
 from service.telemetry.exporter import PipelineState
 from service.telemetry.parts import ProcessParts
+
+log = logging.getLogger(__name__)
 
 
 def read_pipeline_state(runtime: ProcessParts) -> PipelineState:
@@ -29,8 +33,13 @@ def read_pipeline_state(runtime: ProcessParts) -> PipelineState:
         if summary.oldest_received_at is not None
     }
     queues = (runtime.settings.queue_name, urgent_queue(runtime.settings.queue_name))
+    try:
+        depth = runtime.broker_queues.depths(queues)
+    except Exception:  # a broker apart (RM_BROKER_URL) that is down: the rest still renders
+        log.warning("could not read the judge queues' depth from the broker", exc_info=True)
+        depth = {}
     return PipelineState(
-        queue_depth=runtime.broker_queues.depths(queues),
+        queue_depth=depth,
         pending_events={t: pending[t].count if t in pending else 0 for t in sorted(tenants)},
         oldest_pending_age_seconds={t: ages.get(t, 0.0) for t in sorted(tenants)},
     )

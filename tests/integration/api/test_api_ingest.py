@@ -240,6 +240,8 @@ def test_readiness_reports_a_broker_apart_and_holds_through_its_outage(
     with TestClient(create_app(settings)) as client:
         ready = client.get("/readyz")
         assert ready.json() == {"status": "ready", "database": "ok", "redis": "ok", "broker": "ok"}
+        # The queue depth read from RabbitMQ (a queue never sent to holds none).
+        assert "\nretrieval_monitor_queue_depth{" in client.get("/metrics").text
     down = make_settings(
         tmp_path, sqlite_url, redis_url, broker_url="amqp://guest:guest@127.0.0.1:1//"
     )
@@ -251,6 +253,12 @@ def test_readiness_reports_a_broker_apart_and_holds_through_its_outage(
         assert ready.json()["redis"] == "ok"
         # The event is committed; its judge message waits for the sweeper.
         assert client.post("/v1/events", json=make_event("ev-1")).status_code == 202
+        # The scrape still answers from Redis: only the queue depth, which the broker holds, is
+        # left out.
+        scrape = client.get("/metrics")
+        assert scrape.status_code == 200
+        assert "retrieval_monitor_events_accepted_total" in scrape.text
+        assert "\nretrieval_monitor_queue_depth{" not in scrape.text
 
 
 def test_readiness_fails_when_the_database_is_unreachable(tmp_path: Path, redis_url: str) -> None:
