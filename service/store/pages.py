@@ -213,7 +213,7 @@ def _label_gold_reached(dialect: str) -> ColumnElement[bool]:
 def _has_gold(dialect: str) -> ColumnElement[bool]:
     """True when the event is a gold question: sent with gold nobody relabelled, or labelled
     with passages by labellers who agree."""
-    sent = json_length_above_zero(dialect, col(Event.gold_passage_ids))
+    sent = col(Event.gold)  # set at ingest when gold passage ids came with the event
     agreed = and_(~_labellers_differ(dialect), _label_marks_passages(dialect))
     # CASE, not OR: an event nobody labelled (most) costs one index probe more, never the
     # labels' subqueries.
