@@ -37,8 +37,8 @@ class Runtime:
     @cached_property
     def broker_queues(self) -> BrokerQueues:
         """The judge queues as the broker holds them (the Redis above unless RM_BROKER_URL)."""
-        url = self.settings.judge_broker_url
-        return BrokerQueues(url, self.redis if url == self.settings.redis_url else None)
+        same = self.settings.judge_broker_url == self.settings.redis_url
+        return BrokerQueues(self.settings.judge_broker_url, self.redis if same else None)
 
     @cached_property
     def redactor(self) -> Redactor:
