@@ -44,9 +44,10 @@ def scores_by_judge(settings: Settings) -> dict[str, int]:
 
 
 def test_rejudge_resumes_and_keeps_both_series(
-    llm_settings: Settings, worker_factory: WorkerFactory, fake_llm: FakeLLM
+    llm_settings: Settings, broker_url: str, worker_factory: WorkerFactory, fake_llm: FakeLLM
 ) -> None:
-    settings = llm_settings
+    """On either broker: the rejudge sends and throttles on the queue RM_BROKER_URL names."""
+    settings = llm_settings.model_copy(update={"broker_url": broker_url})
     fake_llm.set_labels(default_grade=2)
     events = [make_event(f"ev-{i}", n=3, query=f"question {i}") for i in range(6)]
     rt = Runtime(settings)
@@ -55,7 +56,7 @@ def test_rejudge_resumes_and_keeps_both_series(
         assert client.post("/v1/events/batch", json={"events": events}).status_code == 200
         wait_for(lambda: scores_by_judge(settings).get("fake-judge") == 6, timeout=60)
 
-        rejudge = Rejudge(rt, Celery(broker=settings.redis_url, set_as_current=False))
+        rejudge = Rejudge(rt, Celery(broker=settings.judge_broker_url, set_as_current=False))
         first = rejudge.run(plan(), batch_size=1, limit=2, progress=False)
         assert (first.total, first.sent) == (2, 2)
         with Session(rt.engine) as session:
