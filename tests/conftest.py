@@ -95,12 +95,23 @@ def rabbitmq_server_url() -> Iterator[str]:
 
 
 @pytest.fixture(params=["redis", "rabbitmq"])
-def broker_url(request: pytest.FixtureRequest, redis_url: str) -> str:
-    """The judge queue's broker (RM_BROKER_URL): the test's Redis itself, then RabbitMQ."""
+def broker_url(request: pytest.FixtureRequest, redis_url: str) -> Iterator[str]:
+    """The judge queue's broker (RM_BROKER_URL): the test's Redis itself, then RabbitMQ; a test
+    may also ask (indirectly) for "redis-apart", another database of the test's Redis server,
+    which the service treats as another Redis."""
+    if request.param == "rabbitmq":
+        yield request.getfixturevalue("rabbitmq_server_url")
+        return
     if request.param == "redis":
-        return redis_url
-    url: str = request.getfixturevalue("rabbitmq_server_url")
-    return url
+        yield redis_url
+        return
+    index = int(redis_url.rsplit("/", 1)[1])
+    apart = f"{redis_url.rsplit('/', 1)[0]}/{index - 1 if index else 1}"
+    client = redis.Redis.from_url(apart)
+    client.flushdb()
+    yield apart
+    client.flushdb()
+    client.close()
 
 
 @pytest.fixture

@@ -287,6 +287,7 @@ def test_a_redelivered_task_never_counts_twice(
     assert fake_llm.stats()["calls"] == calls  # the marker's pairs were all cached
 
 
+@pytest.mark.parametrize("broker_url", ["redis", "redis-apart", "rabbitmq"], indirect=True)
 def test_lost_tasks_are_swept_back_and_backlog_is_exported(
     broker_url: str,
     fake_llm: FakeLLM,
