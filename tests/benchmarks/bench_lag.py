@@ -300,17 +300,17 @@ class Run:
     answer_p50: float = math.nan
 
 
-def wait_counted(url: str, accepted: float, timeout: float = 60) -> None:
-    """Until /metrics shows ``accepted`` events and as many duplicate ratios (every process's
+def wait_counted(url: str, accepted: float, ratios: float, timeout: float = 60) -> None:
+    """Until /metrics shows ``accepted`` events and ``ratios`` duplicate ratios (every process's
     thread has flushed: a scrape flushes only its own process's)."""
     deadline = time.monotonic() + timeout
     while True:
         counted = counter_total(url, "retrieval_monitor_events_accepted")
-        ratios = histogram_buckets(url, "retrieval_monitor_signal_duplicate_ratio").get(math.inf, 0)
-        if counted >= accepted and ratios >= accepted:
+        shown = histogram_buckets(url, "retrieval_monitor_signal_duplicate_ratio").get(math.inf, 0)
+        if counted >= accepted and shown >= ratios:
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"/metrics showed {counted:.0f} events, {ratios:.0f} ratios")
+            raise RuntimeError(f"/metrics showed {counted:.0f} events, {shown:.0f} ratios")
         time.sleep(0.1)
 
 
@@ -408,14 +408,22 @@ def measure_one(store: str, processes: int, args: argparse.Namespace, judge_url:
             groups = pinned_connections(port, pid, processes, 1 + -(-SENDERS // processes))
             worker = start_worker(env, WORKER_PROCESSES)
             try:
+                # The aggregates rebuilt from earlier events already count them: the warm-up
+                # waits for its own events on top of those, or the steady run would start while
+                # the worker is still starting and measure its start-up as lag.
+                judged_before = counter_total(url, JUDGED)
+                accepted_before = counter_total(url, "retrieval_monitor_events_accepted")
+                ratios_before = histogram_buckets(
+                    url, "retrieval_monitor_signal_duplicate_ratio"
+                ).get(math.inf, 0)
                 warm = 0
                 for conns in groups:
                     for conn in conns[1:]:
                         for _ in range(WARM_EVENTS_PER_CONNECTION):
                             fetch(conn, "POST", "/v1/events", orjson.dumps(event(warm, "warm")))
                             warm += 1
-                wait_judged(url, warm, 180)
-                wait_counted(url, warm)
+                wait_judged(url, judged_before + warm, 180)
+                wait_counted(url, accepted_before + warm, ratios_before + warm)
                 steady_run(url, groups, run, args)
             finally:
                 stop(worker)
