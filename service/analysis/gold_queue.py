@@ -34,6 +34,7 @@ class QueueState:
     report: GoldReport | None
     calibration: list[JudgeCalibration]
     agreement: Agreement
+    narrow: int = 0  # events of the window stored without texts (RM_KEEP_TEXTS), not sampled
 
     def next_for(
         self, after_pk: int | None = None, skip: int | None = None
@@ -85,6 +86,7 @@ def queue_state(
         report=report,
         calibration=calibrate(label_pairs(events, ids, judged)),
         agreement=agreement(labels, ids),
+        narrow=gold_store.narrow_events(session, window.conditions()),
     )
 
 

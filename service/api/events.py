@@ -234,4 +234,5 @@ def _view(stored: event_store.StoredEvent) -> EventView:
         response_grade=event.response_grade,
         answer_correct=event.answer_correct,
         failure_reason=event.failure_reason,
+        texts_kept=event.texts_kept,
     )

@@ -39,7 +39,8 @@ def add_rejudge_command(sub: argparse._SubParsersAction) -> None:  # type: ignor
     rejudge.add_argument(
         "--include-skipped",
         action="store_true",
-        help="also judge events that sampling, a budget or shedding skipped (backfill)",
+        help="also judge events that sampling, a budget or shedding skipped (backfill); events "
+        "stored narrow (RM_KEEP_TEXTS=needed) keep no texts and are left out",
     )
     rejudge.add_argument("--batch-size", type=int, default=200, help="events per batch")
     rejudge.add_argument(
@@ -92,6 +93,11 @@ def cmd_rejudge(args: argparse.Namespace, settings: Settings) -> int:
         plan, args.batch_size, args.max_queued, wait_for_budget=not args.no_wait
     )
     print(f"sent {result.sent} of {result.total} events (run {plan.run_id})")
+    if result.narrow:
+        print(
+            f"left out {result.narrow} events of the window stored without their texts "
+            "(RM_KEEP_TEXTS=needed): there is nothing to judge them on"
+        )
     if result.stopped_for_budget is not None:
         print(
             f"stopped: the judge budget of {result.stopped_for_budget!r} is spent; "

@@ -24,6 +24,13 @@ def sample_point(event_id: str) -> float:
     return int.from_bytes(digest[:8], "big") / _SCALE
 
 
+def keep_point(event_id: str) -> float:
+    """A second fixed point in [0, 1), independent of ``sample_point`` (other bits of the same
+    hash): which of the events sampling left out keep their texts (``RM_KEEP_TEXTS_SHARE``)."""
+    digest = hashlib.sha256(event_id.encode()).digest()
+    return int.from_bytes(digest[8:16], "big") / _SCALE
+
+
 def rate_for(app: str, retriever: str, default: float, rates: Mapping[str, float]) -> float:
     """The configured rate of an (app, retriever): ``app/retriever``, then ``app``, then default."""
     for key in (f"{app}/{retriever}", app):

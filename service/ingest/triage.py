@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.ingest.sampling import decide
+from service.ingest.sampling import decide, keep_point
 from service.ingest.signals import NearDuplicateCount, Signals, compute_signals, looks_bad
 from service.kernel.schemas import EventIn
 from service.kernel.settings import Settings
@@ -19,6 +19,7 @@ class Triage:
     judge: bool
     reason: str  # gold, sampled, unsampled
     urgent: bool
+    keep_texts: bool  # stored in full; False: a narrow row (RM_KEEP_TEXTS=needed)
     signals: Signals
     duplicates: NearDuplicateCount  # read as far as ``urgent`` needed; finished after the answer
 
@@ -55,14 +56,25 @@ class Triage:
         urgent = sample.judge and (
             is_gold or looks_bad(signals) or duplicates.reaches(signals.passages)
         )
-        return cls(sample.judge, sample.reason, urgent, signals, duplicates)
+        keep_texts = (
+            sample.judge
+            or settings.keep_texts == "all"
+            or keep_point(event_id) < settings.keep_texts_share
+            # An event that looks bad is what a person opens on the pages, judged or not.
+            or looks_bad(signals)
+            or duplicates.reaches(signals.passages)
+        )
+        return cls(sample.judge, sample.reason, urgent, keep_texts, signals, duplicates)
 
 
 def initial_states(triage: dict[str, Triage]) -> dict[str, event_store.InitialState]:
-    """Unsampled events are stored skipped and urgent ones with priority, in the INSERT itself."""
+    """Unsampled events are stored skipped (narrow when they keep no texts) and urgent ones with
+    priority, in the INSERT itself."""
     return {
         event_id: event_store.InitialState(
-            skip_reason=None if chosen.judge else "unsampled", priority=int(chosen.urgent)
+            skip_reason=None if chosen.judge else "unsampled",
+            priority=int(chosen.urgent),
+            keep_texts=chosen.keep_texts,
         )
         for event_id, chosen in triage.items()
         if chosen.urgent or not chosen.judge

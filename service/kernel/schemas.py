@@ -336,6 +336,12 @@ class EventView(BaseModel):
     response_grade: int | None
     answer_correct: bool | None
     failure_reason: str | None
+    texts_kept: bool = Field(
+        True,
+        description="False for an event stored narrow (RM_KEEP_TEXTS=needed: not chosen for "
+        "judging): its query and passages were not stored, so query is empty and passages lists "
+        "none; its counts, labels, status and feedback are kept.",
+    )
 
 
 # --- gold marked after the fact -----------------------------------------------------------------

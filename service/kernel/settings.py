@@ -378,6 +378,24 @@ class Settings(BaseSettings):
         "and only their SHA-256 is kept (a text shared with an event not yet judged stays for "
         "that event, and is deleted when no such event is left).",
     )
+    keep_texts: Literal["needed", "all"] = Field(
+        "needed",
+        description="needed: an event keeps its texts (query, passages, candidates, response, "
+        "metadata) only when something may read them: it is chosen for judging (sampled or "
+        "gold), its signals look bad, or it falls in RM_KEEP_TEXTS_SHARE; every other event is "
+        "stored as a narrow row (identity, time, labels, counts, status) that still answers a "
+        "resend and takes feedback, and every counter of /metrics still counts it. With "
+        "RM_SAMPLE_RATE at 1 every event is judged, so nothing is narrow. all: every event "
+        "keeps its texts.",
+    )
+    keep_texts_share: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description="With RM_KEEP_TEXTS=needed, the share of the events not chosen for judging "
+        "that keep their texts anyway, so the pages can show examples of unjudged traffic (by a "
+        "hash of event_id, as sampling: a resend is kept or narrow as its first send was).",
+    )
     retention_days: float = Field(
         0.0,
         ge=0,

@@ -85,6 +85,7 @@ class RejudgeResult:
     total: int  # events of the selection still to send when the run started
     sent: int
     stopped_for_budget: str | None  # the app whose budget stopped a --no-wait run
+    narrow: int = 0  # events of the window stored without texts (RM_KEEP_TEXTS): not sendable
 
 
 def seconds_until_reset(window: str, now: float) -> float:
@@ -121,20 +122,19 @@ class Rejudge:
         progress: bool = True,
     ) -> RejudgeResult:
         queue = self.runtime.settings.queue_name
+        selection = spend_repository.RejudgeSelection(
+            since=plan.since,
+            until=plan.until,
+            tenant=plan.tenant,
+            app=plan.app,
+            retriever=plan.retriever,
+            include_skipped=plan.include_skipped,
+            after_pk=self.cursor(plan),
+            without_judge=plan.judge_to_leave_out(self.runtime.settings.judge_model),
+        )
         with session_scope(self.runtime.engine) as session:
-            todo = spend_repository.rejudge_candidates(
-                session,
-                spend_repository.RejudgeSelection(
-                    since=plan.since,
-                    until=plan.until,
-                    tenant=plan.tenant,
-                    app=plan.app,
-                    retriever=plan.retriever,
-                    include_skipped=plan.include_skipped,
-                    after_pk=self.cursor(plan),
-                    without_judge=plan.judge_to_leave_out(self.runtime.settings.judge_model),
-                ),
-            )
+            todo = spend_repository.rejudge_candidates(session, selection)
+            narrow = spend_repository.narrow_events(session, selection)
         if limit is not None:
             todo = todo[:limit]
         sent = 0
@@ -145,7 +145,7 @@ class Rejudge:
                 apps = {app for _, app in batch}
                 blocked = self._wait_for_budget(plan.tenant, apps, wait_for_budget, bar)
                 if blocked is not None:
-                    return RejudgeResult(len(todo), sent, blocked)
+                    return RejudgeResult(len(todo), sent, blocked, narrow)
                 while self.runtime.broker_queues.depths([queue])[queue] > max_queued:
                     self.sleep(1.0)
                 with self.sender.producer_or_acquire() as producer:
@@ -158,7 +158,7 @@ class Rejudge:
                 bar.update(len(batch))
         finally:
             bar.close()
-        return RejudgeResult(len(todo), sent, None)
+        return RejudgeResult(len(todo), sent, None, narrow)
 
     def _wait_for_budget(
         self,

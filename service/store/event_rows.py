@@ -52,9 +52,10 @@ COLUMNS = (
     "enqueued_at",
     "skip_reason",
     "priority",
+    "texts_kept",
 )
 
-# SQLite takes at most 32,766 parameters in a statement: 22 columns x 500 rows stay below it.
+# SQLite takes at most 32,766 parameters in a statement: 23 columns x 500 rows stay below it.
 _SQLITE_ROWS_PER_STATEMENT = 500
 
 Processor = Callable[[Any], Any]

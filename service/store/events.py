@@ -142,6 +142,9 @@ class InitialState:
 
     skip_reason: str | None = None  # stored as skipped, never judged
     priority: int = 0  # 1: judged before the others and never shed
+    # False: a narrow row, without the event's texts (RM_KEEP_TEXTS=needed); only for an event
+    # stored skipped, as nothing will judge it.
+    keep_texts: bool = True
 
 
 _PENDING = InitialState()
@@ -175,8 +178,10 @@ def insert_events(
         if event_id in digests:
             continue
         digests[event_id] = digest
-        rows.append(_new_row(tenant, event_id, event, now, digest, initial))
-        passages.extend(_new_passages(event_id, event))
+        row = _new_row(tenant, event_id, event, now, digest, initial)
+        rows.append(row)
+        if row["texts_kept"]:
+            passages.extend(_new_passages(event_id, event))
     pks, passages_written = insert_new_events(session, tenant, rows, passages)
     # Ids that did not come back were stored before (or by a transaction that committed while
     # this one waited): their hashes tell a resend from a different event.
@@ -219,7 +224,21 @@ def _new_row(
         row["status"] = EventStatus.SKIPPED.value
     row["skip_reason"] = None if state.skip_reason is None else state.skip_reason[:32]
     row["priority"] = state.priority
+    row["texts_kept"] = state.keep_texts or state.skip_reason is None
+    if not row["texts_kept"]:
+        row.update(_NARROW)
     return row
+
+
+# What a narrow row leaves out: every text of the event. Its identity (the payload hash of the
+# whole body, so a resend is still a duplicate and a changed body a conflict), time, labels,
+# counts, in-body feedback and status stay, and so does every count made at ingest.
+_NARROW = {
+    "query": "",
+    "candidates": None,
+    "response": None,
+    "metadata": None,
+}
 
 
 def _column_names(row: dict[str, Any]) -> dict[str, Any]:
@@ -323,7 +342,13 @@ def find_event(session: Session, tenant: str, event_id: str) -> Event | None:
 
 
 def record_feedback(session: Session, event: Event, feedback: FeedbackIn) -> None:
+    """Store the feedback on the event; a narrow row takes the grade and correctness, not the
+    response's text (it keeps no text), and the feedback is counted the same either way."""
     values = feedback.model_dump(exclude_none=True)
+    if not event.texts_kept:
+        values.pop("response", None)
+    if not values:
+        return
     session.execute(update(Event).where(col(Event.id) == event.id).values(**values))
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, cast, func, literal, select
+from sqlalchemy import BigInteger, cast, func, literal, not_, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
@@ -172,14 +172,15 @@ def sample_candidates(
     limit: int | None,
 ) -> list[SampleCandidate]:
     """The events matching ``conditions`` (a window) as the sampler needs them: all of them, or
-    ``limit`` of them drawn by ``seed`` when the window holds more."""
+    ``limit`` of them drawn by ``seed`` when the window holds more. Narrow rows
+    (``RM_KEEP_TEXTS``) are left out: there is no question or passage to show a labeller."""
     statement = select(
         col(Event.id),
         col(Event.event_id),
         col(Event.app),
         col(Event.retriever),
         func.substr(col(Event.query), 1, QUESTION_CHARS),
-    ).where(*conditions)
+    ).where(*conditions, col(Event.texts_kept))
     if limit is not None:
         pk = cast(col(Event.id), BigInteger)  # 64-bit arithmetic on PostgreSQL too
         factor, prime = literal(_SHUFFLE_FACTOR, BigInteger), literal(_SHUFFLE_PRIME, BigInteger)
@@ -187,6 +188,15 @@ def sample_candidates(
         statement = statement.order_by(shuffled, col(Event.id)).limit(limit)
     rows = session.execute(statement).all()
     return [SampleCandidate(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4])) for r in rows]
+
+
+def narrow_events(session: Session, conditions: Sequence[ColumnElement[bool]]) -> int:
+    """Events matching ``conditions`` stored narrow, which the sampler leaves out."""
+    return int(
+        session.execute(
+            select(func.count()).where(*conditions, not_(col(Event.texts_kept)))
+        ).scalar_one()
+    )
 
 
 def events_by_pk(session: Session, event_pks: Sequence[int]) -> Mapping[int, Event]:

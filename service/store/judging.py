@@ -56,7 +56,8 @@ def load_for_judging(session: Session, event_pk: int) -> EventForJudging | None:
 
 
 def load_many_for_judging(session: Session, event_pks: Sequence[int]) -> list[EventForJudging]:
-    """``load_for_judging`` for many events in two queries; unknown pks are left out."""
+    """``load_for_judging`` for many events in two queries; unknown pks are left out, and so
+    are narrow rows (``RM_KEEP_TEXTS``), which hold nothing to judge."""
     if not event_pks:
         return []
     # Columns rather than ORM objects: a slice loads many events, and only reads them.
@@ -73,7 +74,7 @@ def load_many_for_judging(session: Session, event_pks: Sequence[int]) -> list[Ev
             col(Event.status),
             col(Event.received_at),
             col(Event.gold_passage_ids),
-        ).where(col(Event.id).in_(list(event_pks)))
+        ).where(col(Event.id).in_(list(event_pks)), col(Event.texts_kept))
     ).all()
     by_pk = {event.id: event for event in events}
     if not by_pk:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    true,
 )
 from sqlalchemy import text as sql_text
 from sqlmodel import Field, SQLModel
@@ -98,6 +99,9 @@ class Event(SQLModel, table=True):
     skip_reason: str | None = Field(default=None, max_length=32)
     # 1 for gold events and events whose ingest signals look bad: judged first, never shed.
     priority: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    # False for a narrow row (RM_KEEP_TEXTS=needed, an event nothing will judge): no query,
+    # passages, candidates, response nor metadata were stored, only what identifies and counts it.
+    texts_kept: bool = Field(default=True, sa_column_kwargs={"server_default": true()})
 
 
 class Passage(SQLModel, table=True):

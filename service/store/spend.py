@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, func, not_, select, update
 from sqlmodel import Session, col
 
 from service.store.models import Event, EventStatus, Score
@@ -93,17 +93,36 @@ def rejudge_candidates(session: Session, selection: RejudgeSelection) -> list[tu
     if selection.include_skipped:
         statuses.append(EventStatus.SKIPPED.value)
     query = select(col(Event.id), col(Event.app)).where(
-        col(Event.tenant) == selection.tenant,
-        col(Event.received_at) >= selection.since,
-        col(Event.received_at) < selection.until,
+        *_window(selection),
         col(Event.status).in_(statuses),
         col(Event.id) > selection.after_pk,
+        # A narrow row has nothing to judge: no query, no passages.
+        col(Event.texts_kept),
     )
-    if selection.app is not None:
-        query = query.where(col(Event.app) == selection.app)
-    if selection.retriever is not None:
-        query = query.where(col(Event.retriever) == selection.retriever)
     if selection.without_judge is not None:
         scored = select(col(Score.event_pk)).where(col(Score.judge) == selection.without_judge)
         query = query.where(col(Event.id).not_in(scored))
     return [(row[0], row[1]) for row in session.execute(query.order_by(col(Event.id)))]
+
+
+def _window(selection: RejudgeSelection) -> list[ColumnElement[bool]]:
+    conditions = [
+        col(Event.tenant) == selection.tenant,
+        col(Event.received_at) >= selection.since,
+        col(Event.received_at) < selection.until,
+    ]
+    if selection.app is not None:
+        conditions.append(col(Event.app) == selection.app)
+    if selection.retriever is not None:
+        conditions.append(col(Event.retriever) == selection.retriever)
+    return conditions
+
+
+def narrow_events(session: Session, selection: RejudgeSelection) -> int:
+    """Events of the selection's window stored narrow (RM_KEEP_TEXTS=needed): never judged, and
+    without the texts a re-judge would need."""
+    return int(
+        session.execute(
+            select(func.count()).where(*_window(selection), not_(col(Event.texts_kept)))
+        ).scalar_one()
+    )

@@ -2,10 +2,10 @@
 
 ``python -m tests.benchmarks`` (``make bench``) runs ingest, judge tokens, judging, the local
 judge, the scrape, the judge queue's brokers, the client library's, the shared vectors', the
-storage and the ingest-to-/metrics lag benchmarks in turn, prints one table (each figure, the
-median of its runs, next to its same-run baseline and their ratio) and writes it to
-``bench-results/bench.json`` and ``bench-results/bench.md``. ``--quick`` runs each once on tiny
-inputs (the smoke test uses it). Nothing here asserts a timing.
+storage, the storage policy's and the ingest-to-/metrics lag benchmarks in turn, prints one
+table (each figure, the median of its runs, next to its same-run baseline and their ratio) and
+writes it to ``bench-results/bench.json`` and ``bench-results/bench.md``. ``--quick`` runs each
+once on tiny inputs (the smoke test uses it). Nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tests.benchmarks import (
     bench_ingest,
     bench_judging,
     bench_lag,
+    bench_policy,
     bench_scrape,
     bench_storage,
     bench_tokens,
@@ -69,6 +70,10 @@ QUICK = {
     "storage": ["--claims", "20", "--rounds", "2"],
     "lag": ["--seconds", "2", "--rate", "20", "--no-postgres", "--workers", "1"],
     "broker": ["--sends", "20", "--batches", "2", "--singles", "20", "--repeat", "1"],
+    "policy": [
+        *("--claims", "20", "--rounds", "2", "--narrow-events", "200"),
+        *("--batches", "2", "--repeat", "1"),
+    ],
 }
 
 
@@ -153,6 +158,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Figure]]] = {
     "client": _module(bench_client),
     "vectors": _module(bench_vectors),
     "storage": _module(bench_storage),
+    "policy": _module(bench_policy),
     "lag": _module(bench_lag),
 }
 

@@ -241,3 +241,18 @@ def test_lag_figures(tmp_path: Path) -> None:
     assert all(_has_value(r) and float(r["value"]) > 0 for r in rows)  # type: ignore[arg-type]
     assert all(r["baseline"] and float(r["baseline"]) > 0 for r in rows)  # type: ignore[arg-type]
     assert all(r["runs"] == 1 for r in rows)
+
+
+@pytest.mark.postgres
+def test_policy_figures(tmp_path: Path) -> None:
+    _redis_or_skip()
+    _postgres_or_skip()
+    rows = _run("policy", tmp_path)
+    # Per store: bytes per event with the policy, per narrow row, and the API's two figures.
+    assert len(rows) == 8
+    assert {r["number"] for r in rows} == {13}
+    assert all(_has_value(r) and float(r["value"]) > 0 for r in rows)  # type: ignore[arg-type]
+    # Each beside its baseline from the same run: every event kept in full.
+    assert all(r["baseline"] and float(r["baseline"]) > 0 for r in rows)  # type: ignore[arg-type]
+    names = [str(r["name"]) for r in rows]
+    assert "database bytes per narrow event (postgres)" in names

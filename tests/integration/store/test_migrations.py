@@ -288,3 +288,50 @@ def test_gold_flag_migration_marks_the_gold_events_on_postgresql(
 ) -> None:
     with _new_postgres_database(postgres_server_url) as url:
         check_gold_flag_migration(url)
+
+
+# --- 0011: narrow events say they kept no texts -----------------------------------------------
+
+
+def _texts_kept(url: str) -> dict[str, bool]:
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT event_id, texts_kept FROM events")).all()
+    engine.dispose()
+    return {str(event_id): bool(kept) for event_id, kept in rows}
+
+
+def check_texts_kept_migration(url: str) -> None:
+    upgrade(url, "0010")
+    engine = create_engine(url)
+    tables = MetaData()
+    tables.reflect(engine, only=["events"])
+    events = tables.tables["events"]
+    now = datetime.now(UTC)
+    names = [f"before-{n}" for n in range(3)]
+    with engine.begin() as conn:
+        for n, event_id in enumerate(names):
+            conn.execute(events.insert(), _event_row(event_id, n, now))
+    engine.dispose()
+    upgrade(url)
+    # Every event stored before the policy kept its texts.
+    assert _texts_kept(url) == dict.fromkeys(names, True)
+    command.downgrade(alembic_config(url), "0010")
+    engine = create_engine(url)
+    assert "texts_kept" not in {c["name"] for c in inspect(engine).get_columns("events")}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM events")).scalar_one() == len(names)
+    engine.dispose()
+    upgrade(url)
+    assert _texts_kept(url) == dict.fromkeys(names, True)
+
+
+def test_texts_kept_migration_marks_existing_events_kept_on_sqlite(sqlite_url: str) -> None:
+    check_texts_kept_migration(sqlite_url)
+
+
+def test_texts_kept_migration_marks_existing_events_kept_on_postgresql(
+    postgres_server_url: str,
+) -> None:
+    with _new_postgres_database(postgres_server_url) as url:
+        check_texts_kept_migration(url)
