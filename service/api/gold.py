@@ -121,7 +121,11 @@ def event_gold(session: Any, event: Event) -> EventGoldView:
 @router.post(
     "/v1/events/{event_id}/gold",
     response_model=EventGoldView,
-    responses={404: {}, 422: {"description": "Malformed, or passages the event did not send."}},
+    responses={
+        404: {},
+        409: {"description": "The event was stored without its texts (RM_KEEP_TEXTS=needed)."},
+        422: {"description": "Malformed, or passages the event did not send."},
+    },
 )
 def post_gold(event_id: str, body: GoldIn, state: StateDep, caller: UiCaller) -> EventGoldView:
     """Mark the passages that answer the event's query, or why none does; labelling the same
@@ -132,6 +136,15 @@ def post_gold(event_id: str, body: GoldIn, state: StateDep, caller: UiCaller) ->
     with session_scope(state.runtime.engine) as session:
         event = _find(session, caller.tenant, event_id)
         assert event.id is not None
+        if not event.texts_kept:
+            # Its passages were not stored: the analysis would read the label against an empty
+            # retrieval and count a miss that never happened.
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                detail=f"event {event_id!a} was stored without its query and passages "
+                "(RM_KEEP_TEXTS=needed: it was not chosen for judging), so there is nothing to "
+                "mark against; label an event that kept its texts, or set RM_KEEP_TEXTS=all",
+            )
         sent = [p.passage_id for p in event_store.stored_event(session, event).passages]
         row = checked_label(body, event, sent, labeller, state.runtime.settings.max_passage_chars)
         gold_store.save_label(session, row)

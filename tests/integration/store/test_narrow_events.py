@@ -205,6 +205,24 @@ def test_feedback_on_a_narrow_event_is_stored_and_counted(
     assert _counter(metrics, "retrieval_monitor_feedback_total") == 2
 
 
+def test_gold_marked_later_on_a_narrow_event_is_refused_with_the_reason(
+    tmp_path: Path, store_url: str, redis_url: str
+) -> None:
+    settings = _narrow_settings(tmp_path, store_url, redis_url)
+    with TestClient(create_app(settings)) as client:
+        body = {"events": [make_event("narrow"), make_event("looped", passages=_looped())]}
+        assert client.post("/v1/events/batch", json=body).json()["accepted"] == 2
+        refused = client.post("/v1/events/narrow/gold", json={"outcome": "not_in_corpus"})
+        kept = client.post("/v1/events/looped/gold", json={"outcome": "not_in_corpus"})
+    assert refused.status_code == 409, refused.text
+    assert "RM_KEEP_TEXTS" in refused.json()["detail"]
+    assert kept.status_code == 200, kept.text
+
+
+def _looped() -> list[dict[str, str]]:
+    return [{"text": REPEATED}, {"text": REPEATED.upper()}]
+
+
 def _counter(metrics: str, name: str) -> float:
     return sum(
         sample.value
