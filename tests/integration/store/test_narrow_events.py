@@ -32,7 +32,8 @@ from service.store.engine import make_engine, session_scope
 from service.store.judging import load_many_for_judging
 from service.store.models import Event, Passage, PassageText
 from tests.support.environment import make_settings
-from tests.support.helpers import make_event, ui_app
+from tests.support.helpers import judge, make_event, ui_app
+from tests.support.routes import every_route
 
 REPEATED = "the same words in the same order, passage after passage, again and again"
 
@@ -335,3 +336,30 @@ def test_rejudge_the_labelling_queue_and_the_workers_leave_narrow_rows_out(
     assert {c.pk for c in queue.sample} == kept
     assert queue.narrow == 1
     assert texts > 0
+
+
+def test_every_read_answers_with_narrow_events_in_the_window(
+    tmp_path: Path, store_url: str, redis_url: str
+) -> None:
+    """Each GET route of the app, pages included (read from its routes, so one added later is
+    walked too), answers a window holding narrow and kept events, with the path's event a
+    narrow one, without a server error."""
+    settings = _narrow_settings(tmp_path, store_url, redis_url)
+    with TestClient(ui_app(settings)) as client:
+        events = [*_mixed_batch(), *(make_event(f"n-{i}", query=f"q {i}") for i in range(10))]
+        assert client.post("/v1/events/batch", json={"events": events}).status_code == 200
+        engine = client.app.state.rm.runtime.engine  # type: ignore[attr-defined]
+        judge(engine, "gold", [3, 0, 1, 2])
+        answers = {}
+        for route in every_route(client.app):  # type: ignore[arg-type]
+            if route.method != "GET":
+                continue
+            url = route.url(event_id="plain", name="ui.css")
+            params = {"baseline": "previous"} if route.path == "/v1/analysis/compare" else None
+            answers[route.path] = client.get(url, params=params, follow_redirects=True)
+    assert len(_rows(settings)) == len(events)
+    assert not _rows(settings)["plain"].texts_kept
+    failed = {path: a.status_code for path, a in answers.items() if a.status_code >= 500}
+    assert failed == {}
+    assert answers["/v1/events/{event_id}"].status_code == 200
+    assert answers["/ui/events/{event_id}"].status_code == 200
