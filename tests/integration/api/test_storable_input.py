@@ -53,8 +53,15 @@ def fuzz_settings(tmp_path: Path, store_url: str, redis_url: str, **extra: objec
 
 
 @pytest.fixture
-def fuzz_client(tmp_path: Path, store_url: str, redis_url: str) -> Iterator[TestClient]:
-    with TestClient(create_app(fuzz_settings(tmp_path, store_url, redis_url))) as client:
+def fuzz_client(
+    request: pytest.FixtureRequest, tmp_path: Path, store_url: str, redis_url: str
+) -> Iterator[TestClient]:
+    """The app keeping every event in full, or (indirect parameter "narrow") judging half of
+    them and storing the rest as narrow rows (RM_KEEP_TEXTS=needed)."""
+    policy: dict[str, object] = {"keep_texts": "all"}
+    if getattr(request, "param", "all") == "narrow":
+        policy = {"keep_texts": "needed", "sample_rate": 0.5, "keep_texts_share": 0.0}
+    with TestClient(create_app(fuzz_settings(tmp_path, store_url, redis_url, **policy))) as client:
         yield client
 
 
@@ -70,6 +77,7 @@ def assert_not_server_error(response: Any) -> None:
 # --- the properties ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fuzz_client", ["all", "narrow"], indirect=True)
 def test_any_event_body_is_stored_or_refused_and_everything_accepted_reads_back(
     fuzz_client: TestClient,
 ) -> None:
@@ -106,6 +114,9 @@ def test_any_event_body_is_stored_or_refused_and_everything_accepted_reads_back(
     check()
     assert len(accepted) >= EXAMPLES // 4, "the strategy should produce valid events too"
     assert_everything_reads(client, accepted)
+    if client.app.state.rm.runtime.settings.keep_texts == "needed":  # type: ignore[attr-defined]
+        kept = {client.get(f"/v1/events/{event_id}").json()["texts_kept"] for event_id in accepted}
+        assert kept == {True, False}, "both narrow and kept events were read back"
 
 
 def test_the_openapi_operations_chained_by_their_links_never_fail(
