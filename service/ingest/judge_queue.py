@@ -9,6 +9,13 @@ events cost several times the CPU of the same events in slices, and the judging 
 queueing behind that overhead. Waiting a fraction of a second to gather them costs that fraction
 in lag.
 
+On a Redis broker the API processes gather into one list on the broker (``gathering_list``), so
+a slice fills at the rate of all of them together: gathered per process, N processes each filled
+a slice N times slower, sent smaller slices on the timer and cost the workers more per event.
+The append rides in the request's round trip with its counters and takes every whole slice the
+list then holds; what is left goes when the appending process's timer of ``gather_seconds``
+fires, or earlier with another process's. On any other broker each process gathers its own.
+
 The events are committed before they are pushed or handed over to be gathered; a message that is
 never sent (the process killed while it waits, the broker down) leaves them pending, and the
 sweeper sends them.
@@ -36,7 +43,7 @@ from redis.exceptions import NoScriptError
 from service.ingest.counts import add_counts
 from service.kernel.background import BackgroundWorker
 from service.kernel.broker import CONNECT_SECONDS, is_redis_url
-from service.kernel.queue_names import urgent_queue
+from service.kernel.queue_names import gathering_list, urgent_queue
 from service.telemetry.aggregates import Aggregates, Delta
 
 JUDGE_TASK = "judge.event"
@@ -52,6 +59,27 @@ def slices(event_pks: Sequence[int], size: int) -> list[list[int]]:
     """``event_pks`` cut into consecutive slices of at most ``size``."""
     return [list(event_pks[i : i + size]) for i in range(0, len(event_pks), size)]
 
+
+# Appends the event keys ARGV[2..] to the gathering list KEYS[1] and takes from its head every
+# whole slice of ARGV[1] events it then holds, in one step no other process can split:
+# {events left gathering, the keys taken}.
+_GATHER_SCRIPT = """
+local held = redis.call('RPUSH', KEYS[1], unpack(ARGV, 2))
+local size = tonumber(ARGV[1])
+local whole = held - held % size
+if whole == 0 then return {held, {}} end
+local taken = redis.call('LRANGE', KEYS[1], 0, whole - 1)
+redis.call('LTRIM', KEYS[1], whole, -1)
+return {held - whole, taken}
+"""
+# Takes up to ARGV[1] event keys from the head of the gathering list KEYS[1].
+_TAKE_SCRIPT = """
+local taken = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #taken > 0 then redis.call('LTRIM', KEYS[1], #taken, -1) end
+return taken
+"""
+# Slices one timer's take reads at a time from the gathering list.
+_TAKE_SLICES = 64
 
 # Tasks whose first argument is an event's key, or a list of them.
 _EVENT_TASKS = frozenset({JUDGE_TASK, JUDGE_SLICE_TASK, FANOUT_TASK})
@@ -95,6 +123,16 @@ def _event_pks_of(raw: bytes | str) -> list[int]:
     if isinstance(first, list):
         return [pk for pk in first if isinstance(pk, int)]
     return []
+
+
+def _event_key(raw: bytes | str | int) -> int | None:
+    """An event key as the gathering list holds it (bytes of its decimal), or None."""
+    if isinstance(raw, int):
+        return raw
+    try:
+        return int(raw)
+    except ValueError:
+        return None
 
 
 def judge_message(task: str, event_pks: Sequence[int], queue: str) -> bytes:
@@ -178,7 +216,8 @@ class CounterUpdate:
 
 class JudgeQueue:
     """The judge messages of one process, pushed to the broker's list ``queue`` (urgent ones to
-    its urgent twin); sends smaller than a slice wait up to ``gather_seconds`` for company."""
+    its urgent twin); sends smaller than a slice wait up to ``gather_seconds`` for company: on a
+    Redis broker in a list all API processes share, elsewhere in this process."""
 
     def __init__(
         self, broker_url: str, queue: str, slice_events: int = 16, gather_seconds: float = 0.0
@@ -195,12 +234,28 @@ class JudgeQueue:
             self.redis = Redis.from_url(broker_url, socket_timeout=5, socket_connect_timeout=5)
         else:
             self.sender = celery_sender(broker_url)
+        self.gathering_key = gathering_list(queue)
+        # Unconnected without a Redis broker: never called then.
+        scripts_on = self.redis or Redis()
+        self._gather_script = scripts_on.register_script(_GATHER_SCRIPT)
+        self._take_script = scripts_on.register_script(_TAKE_SCRIPT)
+        self._closed = False
+        # Without a Redis broker: the sends held in this process, a slice going when it is full.
         self._gathering: BackgroundWorker[int] = BackgroundWorker(
             "judge-dispatch",
             self._push_slices,
             gather_seconds,
             wait_for_work=True,
             batch=slice_events,
+        )
+        # With one: a timer armed by an append that left events in the shared list, which takes
+        # what the list holds once it fires (the items are only its arming).
+        self._shared_timer: BackgroundWorker[bool] = BackgroundWorker(
+            "judge-gather-timer",
+            self._send_gathered,
+            gather_seconds,
+            wait_for_work=True,
+            capacity=1,
         )
 
     def push(
@@ -217,20 +272,30 @@ class JudgeQueue:
         sends: list[tuple[str, list[int]]] = []
         if urgent_pks:
             sends.append((urgent_queue(self.queue), list(urgent_pks)))
-        # Held to be gathered unless it is large enough or gathering is off (or closed).
-        held = not self.sends_now(event_pks) and self._gathering.put(event_pks) > 0
+        gathered: list[int] = []
+        if event_pks and not self.sends_now(event_pks):
+            if self.redis is not None:
+                gathered = list(event_pks)
+                held = True
+            else:  # held here to be gathered, unless this sender is closed
+                held = self._gathering.put(event_pks) > 0
+        else:
+            held = False
         if event_pks and not held:
             sends.append((self.queue, list(event_pks)))
         if counters is None or counters.redis_url != self.broker_url or self.redis is None:
             if counters is not None:
                 add_counts(counters.aggregates, counters.delta)
-            return all([self._send(queue, pks) for queue, pks in sends])
+            sent = all([self._send(queue, pks) for queue, pks in sends])
+            return self._gather(gathered) and sent
         pushes = [(queue, self.judge_messages(pks, queue)) for queue, pks in sends]
-        return self._push_with_counters(pushes, counters)
+        return self._push_with_counters(pushes, counters, gathered)
 
     def close(self) -> None:
-        """Send what is held now (at shutdown)."""
+        """Send what is held now (at shutdown); later sends go at once."""
+        self._closed = True
         self._gathering.close()
+        self._shared_timer.close()
         if self.sender is not None:
             self.sender.close()  # its pooled broker connections
 
@@ -251,11 +316,55 @@ class JudgeQueue:
 
     def sends_now(self, event_pks: Sequence[int]) -> bool:
         """Whether ``push(event_pks)`` goes to the broker at once rather than being held."""
-        return self.gather_seconds <= 0 or len(event_pks) >= self.slice_events
+        return self.gather_seconds <= 0 or len(event_pks) >= self.slice_events or self._closed
 
     def _push_slices(self, held: list[int]) -> None:
         for part in slices(held, self.slice_events):
             self._send(self.queue, part)
+
+    def _gather(self, event_pks: list[int]) -> bool:
+        """Append ``event_pks`` to the shared list on its own round trip (the counters go
+        elsewhere) and send the whole slices that completes; False if the broker refused."""
+        if not event_pks:
+            return True
+        assert self.redis is not None
+        try:
+            answer = self._gather_script(
+                keys=[self.gathering_key], args=[self.slice_events, *event_pks]
+            )
+        except Exception:  # the events are committed; the sweeper re-sends them
+            log.warning(
+                "could not gather %d event(s) for judging; the sweeper will send them",
+                len(event_pks),
+                exc_info=True,
+            )
+            return False
+        return self._after_gathering(answer)
+
+    def _after_gathering(self, answer: tuple[int, list[bytes]]) -> bool:
+        """Send the whole slices an append took (the script's ``{left, taken}``), and arm the
+        timer for what it left."""
+        left, taken = answer
+        sent = self._push_slices_now(taken)
+        if left > 0:
+            self._shared_timer.put([True])  # already armed: refused, and that is as well
+        return sent
+
+    def _send_gathered(self, _armed: list[bool]) -> None:
+        """The timer fired: take and send everything the shared list holds, whichever process
+        appended it."""
+        most = _TAKE_SLICES * self.slice_events
+        while True:
+            taken = self._take_script(keys=[self.gathering_key], args=[most])
+            self._push_slices_now(taken)
+            if len(taken) < most:
+                return
+
+    def _push_slices_now(self, raw_pks: Sequence[bytes | str | int]) -> bool:
+        """Messages for the event keys taken from the shared list, a slice each (anything that
+        is not an event key, which only a hand-edited list could hold, is passed over)."""
+        event_pks = [pk for pk in map(_event_key, raw_pks) if pk is not None]
+        return all([self._send(self.queue, part) for part in slices(event_pks, self.slice_events)])
 
     def _send(self, queue: str, event_pks: list[int]) -> bool:
         """One message asking judging of ``event_pks`` on ``queue``, through whichever broker."""
@@ -278,14 +387,24 @@ class JudgeQueue:
         return True
 
     def _push_with_counters(
-        self, pushes: list[tuple[str, list[bytes]]], counters: CounterUpdate
+        self,
+        pushes: list[tuple[str, list[bytes]]],
+        counters: CounterUpdate,
+        gathered: list[int],
     ) -> bool:
-        """The counters and the messages in one pipeline on the counters' client."""
+        """The counters, the messages and the append of ``gathered`` to the shared list in one
+        pipeline on the counters' client (the broker's Redis)."""
         try:
             pipe = counters.aggregates.redis.pipeline(transaction=False)
             counted = counters.aggregates.add_in(pipe, counters.delta)
             for queue, messages in pushes:
                 pipe.lpush(queue, *messages)
+            if gathered:
+                # By its SHA only, as the counters' script: a restarted Redis answers
+                # NoScriptError, and the append is made again on its own (which loads it).
+                pipe.evalsha(
+                    self._gather_script.sha, 1, self.gathering_key, self.slice_events, *gathered
+                )
             answers = pipe.execute(raise_on_error=False)
         except Exception:  # committed already: the counters are rebuilt, the sweeper re-sends
             log.warning(
@@ -300,6 +419,19 @@ class JudgeQueue:
                 log.warning("could not update ingest counters: %s", answers[0])
             answers = answers[1:]
         pushed = True
+        if gathered:
+            answers, appended = answers[:-1], answers[-1]
+            if isinstance(appended, NoScriptError):
+                pushed = self._gather(gathered)
+            elif isinstance(appended, Exception):
+                pushed = False
+                log.warning(
+                    "could not gather %d event(s) for judging; the sweeper will send them: %s",
+                    len(gathered),
+                    appended,
+                )
+            else:
+                pushed = self._after_gathering(appended)
         for (queue, messages), answer in zip(pushes, answers, strict=True):
             if isinstance(answer, Exception):
                 pushed = False

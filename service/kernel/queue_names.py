@@ -7,3 +7,9 @@ from __future__ import annotations
 def urgent_queue(queue: str) -> str:
     """The queue of gold events and events whose signals look bad; workers consume it too."""
     return f"{queue}.urgent"
+
+
+def gathering_list(queue: str) -> str:
+    """Where the API processes sharing a Redis broker gather small sends for ``queue`` into
+    slices: a list of event keys, not a queue (no worker consumes it)."""
+    return f"{queue}.gathering"

@@ -9,7 +9,8 @@ import uuid
 
 import redis
 
-from service.ingest.judge_queue import FANOUT_TASK, JUDGE_SLICE_TASK, JudgeQueue
+from service.ingest.judge_queue import FANOUT_TASK, JUDGE_SLICE_TASK, CounterUpdate, JudgeQueue
+from service.telemetry.aggregates import Aggregates, Delta
 from tests.support.live import wait_for
 
 
@@ -73,3 +74,69 @@ def test_without_a_delay_every_send_goes_at_once(redis_url: str) -> None:
         assert queued_messages(client, queue) == [(JUDGE_SLICE_TASK, [1]), (JUDGE_SLICE_TASK, [2])]
     finally:
         client.delete(queue)
+
+
+def test_two_senders_on_one_redis_broker_fill_one_slice_together(redis_url: str) -> None:
+    """Two API processes (two senders sharing nothing but the broker) alternate single events:
+    the slice fills at their joint rate, and no event goes twice or is left behind."""
+    client = redis.Redis.from_url(redis_url)
+    queue = f"judge-test-{uuid.uuid4().hex[:8]}"
+    # Timers far longer than the test: only a slice filled across both can make a message go.
+    first = JudgeQueue(redis_url, queue, slice_events=4, gather_seconds=60)
+    second = JudgeQueue(redis_url, queue, slice_events=4, gather_seconds=60)
+    try:
+        for pk in range(1, 10):
+            assert (first if pk % 2 else second).push([pk])
+        assert queued_messages(client, queue) == [
+            (JUDGE_SLICE_TASK, [1, 2, 3, 4]),
+            (JUDGE_SLICE_TASK, [5, 6, 7, 8]),
+        ]
+        assert client.lrange(first.gathering_key, 0, -1) == [b"9"]
+        # The one left goes with whichever sender's timer fires first: here the first's close.
+        first.close()
+        assert queued_messages(client, queue)[-1] == (JUDGE_SLICE_TASK, [9])
+        assert client.llen(first.gathering_key) == 0
+    finally:
+        first.close()
+        second.close()
+        client.delete(queue, first.gathering_key)
+
+
+def test_an_event_gathered_by_a_process_whose_timer_never_fires_goes_with_anothers(
+    redis_url: str,
+) -> None:
+    """A process that appended and then stopped (killed, or its timer far off) does not strand
+    its events: the next timer of any process sharing the list sends them."""
+    client = redis.Redis.from_url(redis_url)
+    queue = f"judge-test-{uuid.uuid4().hex[:8]}"
+    stalled = JudgeQueue(redis_url, queue, slice_events=16, gather_seconds=3600)
+    prompt = JudgeQueue(redis_url, queue, slice_events=16, gather_seconds=0.2)
+    try:
+        assert stalled.push([1])
+        assert prompt.push([2])
+        wait_for(lambda: client.llen(queue) > 0, timeout=10)
+        assert queued_messages(client, queue) == [(JUDGE_SLICE_TASK, [1, 2])]
+    finally:
+        prompt.close()
+        client.delete(queue, stalled.gathering_key)
+
+
+def test_the_append_shares_the_counters_round_trip_and_survives_a_flushed_script_cache(
+    redis_url: str,
+) -> None:
+    """With the counters on the broker's Redis, the append goes in their pipeline by the
+    script's SHA; after a restarted Redis (its scripts gone) it is made again, not dropped."""
+    client = redis.Redis.from_url(redis_url)
+    queue = f"judge-test-{uuid.uuid4().hex[:8]}"
+    sender = JudgeQueue(redis_url, queue, slice_events=2, gather_seconds=60)
+    aggregates = Aggregates(client)
+    counters = CounterUpdate(aggregates, redis_url, Delta())
+    try:
+        assert sender.push([1], counters=counters)
+        client.script_flush()
+        assert sender.push([2], counters=counters)
+        assert queued_messages(client, queue) == [(JUDGE_SLICE_TASK, [1, 2])]
+        assert client.llen(sender.gathering_key) == 0
+    finally:
+        sender.close()
+        client.delete(queue, sender.gathering_key)
