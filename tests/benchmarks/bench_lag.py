@@ -67,7 +67,9 @@ from pathlib import Path
 
 import orjson
 import redis
+from celery import Celery
 
+from service.ingest.judge_queue import JUDGE_SLICE_TASK
 from tests.benchmarks import earlier_events
 from tests.benchmarks.bench_ingest import event
 from tests.benchmarks.bench_ingest import store as database
@@ -298,6 +300,7 @@ class Run:
     accepted: int = 0
     rate: float = 0.0
     answer_p50: float = math.nan
+    slice_events: float = math.nan  # events judged per judge message, over the steady run
 
 
 def wait_counted(url: str, accepted: float, ratios: float, timeout: float = 60) -> None:
@@ -345,6 +348,7 @@ def steady_run(
     url: str, groups: list[list[http.client.HTTPConnection]], run: Run, args: argparse.Namespace
 ) -> None:
     """The measured run on a warm API and worker: send, scrape, wait for the judging."""
+    slices_before = judge_slices_run()
     # The senders, taken in turn from each process's connections, so the load is shared evenly.
     senders = [groups[t % len(groups)][1 + t // len(groups)] for t in range(SENDERS)]
     count = int(args.rate * args.seconds)
@@ -382,6 +386,15 @@ def steady_run(
     run.judged_p50 = quantile(0.5, lag_before, lag_after) or math.nan
     run.judged_p95 = quantile(0.95, lag_before, lag_after) or math.nan
     run.judge_call_p95 = quantile(0.95, judge_before, judge_after) or math.nan
+    run.slice_events = accepted / max(1, judge_slices_run() - slices_before)
+
+
+def judge_slices_run() -> int:
+    """Judge messages (slice tasks) the worker has run so far, as its remote control reports
+    them (the broker is the benchmark's Redis)."""
+    inspector = Celery(broker=REDIS_URL, set_as_current=False).control.inspect(timeout=5)
+    stats = inspector.stats() or {}
+    return sum(int(node.get("total", {}).get(JUDGE_SLICE_TASK, 0)) for node in stats.values())
 
 
 def measure_one(store: str, processes: int, args: argparse.Namespace, judge_url: str) -> Run:
@@ -472,7 +485,10 @@ def figures_of(run: Run) -> list[Figure]:
                 "judge call p95",
                 [run.judge_call_p95],
                 target,
-                f"worker x{WORKER_PROCESSES} processes" if q == 50 else "",
+                f"worker x{WORKER_PROCESSES} processes, {run.slice_events:.1f} events per judge "
+                "message"
+                if q == 50
+                else "",
             )
         )
     return rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -241,6 +242,11 @@ def test_lag_figures(tmp_path: Path) -> None:
     assert all(_has_value(r) and float(r["value"]) > 0 for r in rows)  # type: ignore[arg-type]
     assert all(r["baseline"] and float(r["baseline"]) > 0 for r in rows)  # type: ignore[arg-type]
     assert all(r["runs"] == 1 for r in rows)
+    # How full the judge messages were: the worker's own count of the slices it ran.
+    judged = next(r for r in rows if str(r["name"]).startswith("pipeline_lag_seconds"))
+    per_message = re.search(r"([0-9.]+) events per judge message", str(judged["note"]))
+    assert per_message is not None
+    assert float(per_message.group(1)) >= 1
 
 
 @pytest.mark.postgres
