@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from redis.exceptions import NoScriptError
 from service.ingest.counts import add_counts
 from service.kernel.background import BackgroundWorker
 from service.kernel.broker import CONNECT_SECONDS, is_redis_url
-from service.kernel.queue_names import gathering_list, urgent_queue
+from service.kernel.queue_names import gathering_list, gathering_since, urgent_queue
 from service.telemetry.aggregates import Aggregates, Delta
 
 JUDGE_TASK = "judge.event"
@@ -60,23 +61,41 @@ def slices(event_pks: Sequence[int], size: int) -> list[list[int]]:
     return [list(event_pks[i : i + size]) for i in range(0, len(event_pks), size)]
 
 
-# Appends the event keys ARGV[2..] to the gathering list KEYS[1] and takes from its head every
-# whole slice of ARGV[1] events it then holds, in one step no other process can split:
-# {events left gathering, the keys taken}.
+# The gathering list KEYS[1] holds fewer than a slice of event keys between appends, and
+# KEYS[2] the time (Redis's own clock, ms) its oldest one arrived: a timer sends them once they
+# have waited ``gather_seconds``, not ``gather_seconds`` after whichever append armed it.
+#
+# Appends the event keys ARGV[2..] and takes from the head every whole slice of ARGV[1] events the
+# list then holds, in one step no other process can split: {events left gathering, keys taken}.
+# The list held less than a slice and an append is less than one, so what is left after a take
+# arrived with this append: its time is now.
 _GATHER_SCRIPT = """
+local now = redis.call('TIME')
+now = now[1] * 1000 + math.floor(now[2] / 1000)
 local held = redis.call('RPUSH', KEYS[1], unpack(ARGV, 2))
 local size = tonumber(ARGV[1])
 local whole = held - held % size
-if whole == 0 then return {held, {}} end
+if whole == 0 then
+  if held == #ARGV - 1 then redis.call('SET', KEYS[2], now) end
+  return {held, {}}
+end
 local taken = redis.call('LRANGE', KEYS[1], 0, whole - 1)
 redis.call('LTRIM', KEYS[1], whole, -1)
+if held > whole then redis.call('SET', KEYS[2], now) else redis.call('DEL', KEYS[2]) end
 return {held - whole, taken}
 """
-# Takes up to ARGV[1] event keys from the head of the gathering list KEYS[1].
+# A timer's take: up to ARGV[1] event keys once the oldest has waited ARGV[2] ms, else nothing
+# and how many ms are left to wait: {ms left, keys taken}.
 _TAKE_SCRIPT = """
+local now = redis.call('TIME')
+now = now[1] * 1000 + math.floor(now[2] / 1000)
+local since = tonumber(redis.call('GET', KEYS[2]) or '0')
+local left = since + tonumber(ARGV[2]) - now
+if left > 0 then return {left, {}} end
 local taken = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if #taken > 0 then redis.call('LTRIM', KEYS[1], #taken, -1) end
-return taken
+if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
+return {0, taken}
 """
 # Slices one timer's take reads at a time from the gathering list.
 _TAKE_SLICES = 64
@@ -235,6 +254,7 @@ class JudgeQueue:
         else:
             self.sender = celery_sender(broker_url)
         self.gathering_key = gathering_list(queue)
+        self._gathering_keys = [self.gathering_key, gathering_since(queue)]
         # Unconnected without a Redis broker: never called then.
         scripts_on = self.redis or Redis()
         self._gather_script = scripts_on.register_script(_GATHER_SCRIPT)
@@ -330,7 +350,7 @@ class JudgeQueue:
         assert self.redis is not None
         try:
             answer = self._gather_script(
-                keys=[self.gathering_key], args=[self.slice_events, *event_pks]
+                keys=self._gathering_keys, args=[self.slice_events, *event_pks]
             )
         except Exception:  # the events are committed; the sweeper re-sends them
             log.warning(
@@ -354,8 +374,12 @@ class JudgeQueue:
         """The timer fired: take and send everything the shared list holds, whichever process
         appended it."""
         most = _TAKE_SLICES * self.slice_events
+        wait_ms = round(self.gather_seconds * 1000) if not self._closed else 0
         while True:
-            taken = self._take_script(keys=[self.gathering_key], args=[most])
+            left_ms, taken = self._take_script(keys=self._gathering_keys, args=[most, wait_ms])
+            if left_ms > 0:  # the oldest arrived after this timer was armed: wait for it
+                time.sleep(left_ms / 1000)
+                continue
             self._push_slices_now(taken)
             if len(taken) < most:
                 return
@@ -403,7 +427,7 @@ class JudgeQueue:
                 # By its SHA only, as the counters' script: a restarted Redis answers
                 # NoScriptError, and the append is made again on its own (which loads it).
                 pipe.evalsha(
-                    self._gather_script.sha, 1, self.gathering_key, self.slice_events, *gathered
+                    self._gather_script.sha, 2, *self._gathering_keys, self.slice_events, *gathered
                 )
             answers = pipe.execute(raise_on_error=False)
         except Exception:  # committed already: the counters are rebuilt, the sweeper re-sends

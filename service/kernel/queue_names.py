@@ -13,3 +13,8 @@ def gathering_list(queue: str) -> str:
     """Where the API processes sharing a Redis broker gather small sends for ``queue`` into
     slices: a list of event keys, not a queue (no worker consumes it)."""
     return f"{queue}.gathering"
+
+
+def gathering_since(queue: str) -> str:
+    """When the oldest event of ``gathering_list(queue)`` arrived (ms, the broker's clock)."""
+    return f"{queue}.gathering.since"

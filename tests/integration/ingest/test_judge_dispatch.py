@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import uuid
 
 import redis
@@ -137,6 +138,31 @@ def test_the_append_shares_the_counters_round_trip_and_survives_a_flushed_script
         assert sender.push([2], counters=counters)
         assert queued_messages(client, queue) == [(JUDGE_SLICE_TASK, [1, 2])]
         assert client.llen(sender.gathering_key) == 0
+    finally:
+        sender.close()
+        client.delete(queue, sender.gathering_key)
+
+
+def test_a_timer_sends_the_gathered_events_once_the_oldest_has_waited_its_time(
+    redis_url: str,
+) -> None:
+    """A slice taken whole does not leave the timer its first event armed to cut the next one
+    short: what is left waits its own ``gather_seconds`` (a lower bound, which a slow machine
+    can only lengthen)."""
+    client = redis.Redis.from_url(redis_url)
+    queue = f"judge-test-{uuid.uuid4().hex[:8]}"
+    sender = JudgeQueue(redis_url, queue, slice_events=4, gather_seconds=1.0)
+    try:
+        for pk in range(1, 5):  # the first arms the timer; the fourth takes the slice whole
+            sender.push([pk])
+        assert queued_messages(client, queue) == [(JUDGE_SLICE_TASK, [1, 2, 3, 4])]
+        time.sleep(0.5)
+        pushed = time.monotonic()
+        sender.push([5])
+        wait_for(lambda: client.llen(queue) > 1, timeout=10)
+        waited = time.monotonic() - pushed
+        assert queued_messages(client, queue)[-1] == (JUDGE_SLICE_TASK, [5])
+        assert waited >= 0.99, f"sent {waited:.3f} s after it arrived, before its 1 s"
     finally:
         sender.close()
         client.delete(queue, sender.gathering_key)
