@@ -263,7 +263,9 @@ class Settings(BaseSettings):
         le=10,
         description=(
             "How long the API holds the judge message of a small request to gather the events of "
-            "the requests that follow into one slice (0: send each at once)."
+            "the requests that follow into one slice (0: send each at once). On a Redis broker "
+            "every API process gathers into one list on the broker, so a slice fills at their "
+            "joint rate; on any other broker each process gathers its own."
         ),
     )
     judge_slice_events: int = Field(
