@@ -85,13 +85,15 @@ if held > whole then redis.call('SET', KEYS[2], now) else redis.call('DEL', KEYS
 return {held - whole, taken}
 """
 # A timer's take: up to ARGV[1] event keys once the oldest has waited ARGV[2] ms, else nothing
-# and how many ms are left to wait: {ms left, keys taken}.
+# and how many ms are left to wait: {ms left, keys taken}. A wait longer than ARGV[2] can only
+# come from a clock stepped back since the arrival: taken at once, or the timer would sleep for
+# as long as the step.
 _TAKE_SCRIPT = """
 local now = redis.call('TIME')
 now = now[1] * 1000 + math.floor(now[2] / 1000)
 local since = tonumber(redis.call('GET', KEYS[2]) or '0')
 local left = since + tonumber(ARGV[2]) - now
-if left > 0 then return {left, {}} end
+if left > 0 and left <= tonumber(ARGV[2]) then return {left, {}} end
 local taken = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if #taken > 0 then redis.call('LTRIM', KEYS[1], #taken, -1) end
 if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end

@@ -7,12 +7,20 @@ import base64
 import json
 import time
 import uuid
+from collections import Counter
 
 import redis
 
-from service.ingest.judge_queue import FANOUT_TASK, JUDGE_SLICE_TASK, CounterUpdate, JudgeQueue
+from service.ingest.judge_queue import (
+    FANOUT_TASK,
+    JUDGE_SLICE_TASK,
+    CounterUpdate,
+    JudgeQueue,
+)
+from service.kernel.queue_names import gathering_since
 from service.telemetry.aggregates import Aggregates, Delta
 from tests.support.live import wait_for
+from tests.support.recording_redis import RecordingRedis
 
 
 def queued_messages(client: redis.Redis, queue: str) -> list[tuple[str, list[int]]]:
@@ -119,21 +127,26 @@ def test_an_event_gathered_by_a_process_whose_timer_never_fires_goes_with_anothe
         assert queued_messages(client, queue) == [(JUDGE_SLICE_TASK, [1, 2])]
     finally:
         prompt.close()
+        stalled.close()  # its timer thread; the list is empty by now
         client.delete(queue, stalled.gathering_key)
 
 
-def test_the_append_shares_the_counters_round_trip_and_survives_a_flushed_script_cache(
+def test_the_append_goes_in_the_counters_pipeline_and_survives_a_flushed_script_cache(
     redis_url: str,
 ) -> None:
-    """With the counters on the broker's Redis, the append goes in their pipeline by the
-    script's SHA; after a restarted Redis (its scripts gone) it is made again, not dropped."""
+    """With the counters on the broker's Redis, the append is sent through the counters' client,
+    in their pipeline, by the script's SHA (the sender's own client sends nothing); after a
+    restarted Redis (its scripts gone) it is made again, not dropped."""
     client = redis.Redis.from_url(redis_url)
     queue = f"judge-test-{uuid.uuid4().hex[:8]}"
     sender = JudgeQueue(redis_url, queue, slice_events=2, gather_seconds=60)
-    aggregates = Aggregates(client)
-    counters = CounterUpdate(aggregates, redis_url, Delta())
+    counters_client = RecordingRedis(connection_pool=redis.ConnectionPool.from_url(redis_url))
+    counters = CounterUpdate(Aggregates(counters_client), redis_url, Delta())
     try:
         assert sender.push([1], counters=counters)
+        # Only the append, through the counters' client (the counters' delta is empty here).
+        assert counters_client.sent == Counter({"EVALSHA": 1})
+        assert client.lrange(sender.gathering_key, 0, -1) == [b"1"]
         client.script_flush()
         assert sender.push([2], counters=counters)
         assert queued_messages(client, queue) == [(JUDGE_SLICE_TASK, [1, 2])]
@@ -141,6 +154,24 @@ def test_the_append_shares_the_counters_round_trip_and_survives_a_flushed_script
     finally:
         sender.close()
         client.delete(queue, sender.gathering_key)
+
+
+def test_a_clock_stepped_back_does_not_hold_the_gathered_events(redis_url: str) -> None:
+    """An arrival time in the future (the broker's clock stepped back since) is no reason to
+    wait: the timer takes the events at once rather than sleeping for the step."""
+    client = redis.Redis.from_url(redis_url)
+    queue = f"judge-test-{uuid.uuid4().hex[:8]}"
+    sender = JudgeQueue(redis_url, queue, slice_events=16, gather_seconds=0.2)
+    try:
+        sender.push([1])
+        seconds, micros = client.time()
+        an_hour_ahead = (seconds + 3600) * 1000 + micros // 1000
+        client.set(gathering_since(queue), an_hour_ahead)
+        wait_for(lambda: client.llen(queue) > 0, timeout=10)
+        assert queued_messages(client, queue) == [(JUDGE_SLICE_TASK, [1])]
+    finally:
+        sender.close()
+        client.delete(queue, sender.gathering_key, gathering_since(queue))
 
 
 def test_a_timer_sends_the_gathered_events_once_the_oldest_has_waited_its_time(
