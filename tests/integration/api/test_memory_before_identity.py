@@ -90,14 +90,18 @@ def answers(served: Served, sockets: list[socket.socket], timeout: float) -> tup
 
 
 def closed(sock: socket.socket, timeout: float) -> bool:
-    """True once the server has closed the connection (reads reach end of stream)."""
+    """True once the server has closed the connection: reads reach end of stream, or the
+    connection is reset (a server closing a socket whose received bytes it never read makes the
+    kernel send a reset instead of an end of stream, whichever bytes happened to arrive first)."""
     sock.settimeout(timeout)
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
             if sock.recv(65536) == b"":
                 return True
-    except (TimeoutError, ConnectionResetError):
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
         return False
     return False
 
