@@ -19,11 +19,11 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
-from sqlmodel import SQLModel
 
 from service.api.app import create_app
 from service.kernel.settings import Settings
 from service.store.migrate import upgrade
+from service.store.partitions import schema_tables
 from tests.support.brokers import RABBITMQ_URL, answers, session_vhost
 from tests.support.environment import POSTGRES_ADMIN_URL, REDIS_URL, in_ci, make_settings
 from tests.support.live import (
@@ -149,7 +149,7 @@ def postgres_url(postgres_server_url: str) -> str:
     the schema (read from the models, so a table added later is emptied too), whatever an
     earlier test left in it, in whatever order the tests run."""
     upgrade(postgres_server_url)
-    tables = ", ".join(f'"{table.name}"' for table in SQLModel.metadata.sorted_tables)
+    tables = ", ".join(f'"{table.name}"' for table in schema_tables("postgresql"))
     engine = create_engine(postgres_server_url)
     with engine.begin() as conn:
         conn.execute(text(f"TRUNCATE {tables} CASCADE"))

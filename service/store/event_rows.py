@@ -1,10 +1,11 @@
 """Writing event rows: new ones inserted, known ids left alone, in one statement per commit group.
 
 ``INSERT ... ON CONFLICT (tenant, event_id) DO NOTHING RETURNING id, event_id`` both stores the
-new events and tells which ids were already there (those do not come back), so ingest needs no
-lookup of known ids before it: the lookup and the INSERT were two round trips and the larger
-part of a lone event's storing. A concurrent insert of the same id waits for the other
-transaction and is then skipped, where a plain INSERT raised a unique-key error.
+new events and tells which ids were already there (those do not come back; on PostgreSQL the
+conflict is met in ``event_keys``, the duplicate check of the day-partitioned events), so
+ingest needs no lookup of known ids before it: the lookup and the INSERT were two round trips
+and the larger part of a lone event's storing. A concurrent insert of the same id waits for the
+other transaction and is then skipped, where a plain INSERT raised a unique-key error.
 
 The rows go to the driver as tuples. SQLAlchemy's per-row work on an insert (a dictionary of
 parameters each, checked and processed one key at a time) cost more than the database's own;
@@ -26,6 +27,7 @@ from sqlmodel import Session
 
 from service.store.driver import driver_errors
 from service.store.models import Event, table
+from service.store.partitions import DAY_SHIFT, KEY_MASK, day_number
 from service.store.passages import POSTGRES_PASSAGES_WITH, postgres_passage_parameters
 
 # The columns ingest writes, in the order of every tuple; the others keep their defaults.
@@ -94,34 +96,39 @@ def _postgres_columns(dialect: Dialect) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=4)
-def _postgres_statement(dialect: Dialect) -> str:
+def _postgres_statement_with_passages(dialect: Dialect) -> str:
     """One statement for any number of rows: each column's values as one array, unnested.
 
     Its text does not change with the number of rows, so the server parses and plans it once
     per connection; an executemany of one INSERT per row cost about 4x its client CPU (psycopg
-    handles each row's result in Python)."""
+    handles each row's result in Python).
+
+    The events are day-partitioned (``service/store/partitions.py``), which rules out a unique
+    constraint on (tenant, event_id): each event's key goes first into ``event_keys``, skipping
+    those already there, and only the events whose key went in are inserted, under the key made
+    there (the day given, then the events' sequence). Then the passages' data-modifying WITH
+    queries (``service/store/passages.py``) follow ``new_events``: a lone event is two round
+    trips (BEGIN, this statement)."""
     kinds = _postgres_columns(dialect)
     arrays = ", ".join(f"%b::{_POSTGRES_ARRAYS[kind]}" for kind in kinds)
     # JSON goes as text and is cast on the server, as SQLAlchemy sends it (JSON, not JSONB).
     picked = ", ".join(
-        f"{name}::json" if kind == "JSON" else name
+        f"given.{name}::json" if kind == "JSON" else f"given.{name}"
         for name, kind in zip(COLUMNS, kinds, strict=True)
     )
-    # Built from constants only: the column names above and the type names of the table.
+    # Built from constants only: the column names above, the type names of the table and the
+    # key layout's integers.
     return (
-        f"INSERT INTO events ({', '.join(COLUMNS)}) "  # noqa: S608
-        f"SELECT {picked} FROM unnest({arrays}) AS given({', '.join(COLUMNS)}) "
-        "ON CONFLICT (tenant, event_id) DO NOTHING RETURNING id, event_id"
-    )
-
-
-@lru_cache(maxsize=4)
-def _postgres_statement_with_passages(dialect: Dialect) -> str:
-    """The events' INSERT as the data-modifying WITH query ``new_events``, followed by the
-    passages' (``service/store/passages.py``): a lone event was five round trips (BEGIN, events,
-    texts, and the references' COPY in two), now two."""
-    return (
-        f"WITH new_events AS ({_postgres_statement(dialect)}), {POSTGRES_PASSAGES_WITH} "  # noqa: S608
+        f"WITH given AS (SELECT * FROM unnest({arrays}) AS given({', '.join(COLUMNS)})), "  # noqa: S608
+        "new_keys AS ("
+        "INSERT INTO event_keys (tenant, event_id, event_pk, payload_hash) "
+        f"SELECT tenant, event_id, (%b::bigint << {DAY_SHIFT}) | "
+        f"(nextval('events_id_seq') & {KEY_MASK}), payload_hash FROM given "
+        "ON CONFLICT DO NOTHING RETURNING event_id, event_pk), "
+        f"new_events AS (INSERT INTO events (id, {', '.join(COLUMNS)}) "
+        f"SELECT new_keys.event_pk, {picked} FROM given "
+        "JOIN new_keys ON new_keys.event_id = given.event_id RETURNING id, event_id), "
+        f"{POSTGRES_PASSAGES_WITH} "
         "SELECT id, event_id FROM new_events"
     )
 
@@ -178,6 +185,7 @@ def insert_new_events(
         statement = _postgres_statement_with_passages(dialect)
         parameters = [
             *_postgres_values(dialect, rows),
+            day_number(rows[0]["received_at"]),
             *postgres_passage_parameters(tenant, passages),
         ]
         with driver_errors(connection, statement), driver.cursor() as cursor:

@@ -31,6 +31,7 @@ from service.store.models import (
     Judgment,
     Score,
 )
+from service.store.partitions import EVENT_KEYS
 from service.store.passages import PassageRow, StoredPassage, read_passages, store_passages
 
 
@@ -336,8 +337,13 @@ def find_event(session: Session, tenant: str, event_id: str) -> Event | None:
     # An id no store can hold names no stored event (PostgreSQL would refuse the lookup itself).
     if text_problem(event_id) is not None:
         return None
+    # The newest: on PostgreSQL, between the deletion of a dropped day's duplicate keys and the
+    # drop itself, a resend is stored anew while its first send is still there.
     return session.execute(
-        select(Event).where(col(Event.tenant) == tenant, col(Event.event_id) == event_id)
+        select(Event)
+        .where(col(Event.tenant) == tenant, col(Event.event_id) == event_id)
+        .order_by(col(Event.id).desc())
+        .limit(1)
     ).scalar_one_or_none()
 
 
@@ -358,11 +364,13 @@ def known_payload_hashes(session: Session, tenant: str, event_ids: Sequence[str]
         return {}
     statement: Any
     if session.get_bind().dialect.name == "postgresql":
+        # The duplicate check's own table (day partitions: ``service/store/partitions.py``)
+        # keeps the hash: one primary-key probe, whichever day holds the event.
         wanted = unnest_keys(event_id=list(dict.fromkeys(event_ids)))
         statement = lookup_each(
             wanted,
-            select(col(Event.payload_hash)).where(
-                col(Event.tenant) == tenant, col(Event.event_id) == wanted.c.event_id
+            select(EVENT_KEYS.c.payload_hash).where(
+                EVENT_KEYS.c.tenant == tenant, EVENT_KEYS.c.event_id == wanted.c.event_id
             ),
         )
     else:

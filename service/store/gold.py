@@ -183,8 +183,15 @@ def sample_candidates(
     ).where(*conditions, col(Event.texts_kept))
     if limit is not None:
         pk = cast(col(Event.id), BigInteger)  # 64-bit arithmetic on PostgreSQL too
-        factor, prime = literal(_SHUFFLE_FACTOR, BigInteger), literal(_SHUFFLE_PRIME, BigInteger)
-        shuffled = (pk * factor + literal(seed, BigInteger)) % prime
+        prime = literal(_SHUFFLE_PRIME, BigInteger)
+        # (pk * factor + seed) mod prime, with every product below 2**63: PostgreSQL's keys
+        # carry their day in the high bits (service/store/partitions.py), and pk * factor
+        # would overflow. The factor is split in 16-bit halves; the order is the same.
+        reduced = pk % prime
+        high = literal(_SHUFFLE_FACTOR >> 16, BigInteger)
+        low = literal(_SHUFFLE_FACTOR & 0xFFFF, BigInteger)
+        product = ((reduced * high) % prime * literal(65536, BigInteger) + reduced * low) % prime
+        shuffled = (product + literal(seed % _SHUFFLE_PRIME, BigInteger)) % prime
         statement = statement.order_by(shuffled, col(Event.id)).limit(limit)
     rows = session.execute(statement).all()
     return [SampleCandidate(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4])) for r in rows]

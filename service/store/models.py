@@ -12,8 +12,10 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Column,
     Index,
+    Integer,
     LargeBinary,
     PrimaryKeyConstraint,
     Table,
@@ -30,6 +32,12 @@ DEFAULT_TENANT = "default"
 # The tenant of derived data (label cache rows) that every tenant shares, which a deployment asks
 # for with ``share_derived_across_tenants``; no tenant is named so.
 SHARED_SCOPE = ""
+
+
+# An event's key and every column that refers to it: 64-bit on PostgreSQL, where the key carries
+# the day the event was stored in its high bits (``service/store/partitions.py``); SQLite's
+# INTEGER is 64-bit already and must stay spelled INTEGER to be the rowid.
+EVENT_KEY = BigInteger().with_variant(Integer(), "sqlite")
 
 
 def derived_scope(tenant: str, share_across_tenants: bool) -> str:
@@ -71,7 +79,7 @@ class Event(SQLModel, table=True):
         ),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=EVENT_KEY)
     tenant: str = Field(default=DEFAULT_TENANT, max_length=100)
     event_id: str = Field(max_length=200)
     payload_hash: str = Field(max_length=64)
@@ -129,7 +137,7 @@ class Passage(SQLModel, table=True):
         ),
     )
 
-    event_pk: int = Field(foreign_key="events.id", primary_key=True)
+    event_pk: int = Field(foreign_key="events.id", primary_key=True, sa_type=EVENT_KEY)
     rank: int = Field(primary_key=True)
     passage_id: str = Field(max_length=200)
     score: float | None = None
@@ -163,7 +171,7 @@ class Judgment(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    event_pk: int = Field(foreign_key="events.id", index=True)
+    event_pk: int = Field(foreign_key="events.id", index=True, sa_type=EVENT_KEY)
     rank: int
     judge: str = Field(max_length=100)
     model: str = Field(max_length=200)
@@ -186,7 +194,7 @@ class JudgeRun(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    event_pk: int = Field(foreign_key="events.id", index=True)
+    event_pk: int = Field(foreign_key="events.id", index=True, sa_type=EVENT_KEY)
     judge: str = Field(max_length=100)
     model: str = Field(max_length=200)
     prompt_version: str = Field(max_length=50)
@@ -232,7 +240,7 @@ class Score(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    event_pk: int = Field(foreign_key="events.id", index=True)
+    event_pk: int = Field(foreign_key="events.id", index=True, sa_type=EVENT_KEY)
     judge: str = Field(max_length=100)
     prompt_version: str = Field(max_length=50)
     alpha: float
@@ -308,7 +316,7 @@ MAX_NOTE_CHARS = 2000
 class MissCause(SQLModel, table=True):
     __tablename__ = "miss_causes"
 
-    event_pk: int = Field(foreign_key="events.id", primary_key=True)
+    event_pk: int = Field(foreign_key="events.id", primary_key=True, sa_type=EVENT_KEY)
     cause: str = Field(max_length=32)
     note: str | None = Field(default=None, sa_column=Column(Text))
     recorded_at: datetime
@@ -338,7 +346,7 @@ class GoldLabel(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    event_pk: int = Field(foreign_key="events.id", index=True)
+    event_pk: int = Field(foreign_key="events.id", index=True, sa_type=EVENT_KEY)
     labeller: str = Field(max_length=200)
     labeller_name: str = Field(default="", max_length=200)
     outcome: str = Field(max_length=32)

@@ -16,10 +16,10 @@ from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 from httpx2 import Response
 from sqlalchemy import JSON, Column, LargeBinary, String, Text, TypeDecorator, create_engine, select
-from sqlmodel import SQLModel
 
 from service.api.app import create_app
 from service.store.migrate import upgrade
+from service.store.partitions import schema_tables
 from service.store.passage_body import decode_body
 from tests.support.environment import make_settings
 from tests.support.helpers import make_event
@@ -199,7 +199,7 @@ def columns_holding_pii(database_url: str) -> dict[str, int]:
     found: dict[str, int] = {}
     try:
         with engine.connect() as connection:
-            for table in SQLModel.metadata.sorted_tables:
+            for table in schema_tables(engine.dialect.name):
                 for column in table.columns:
                     if not holds_text(column):
                         continue
@@ -216,7 +216,7 @@ def columns_holding_pii(database_url: str) -> dict[str, int]:
 def text_columns() -> list[str]:
     return [
         f"{table.name}.{column.name}"
-        for table in SQLModel.metadata.sorted_tables
+        for table in schema_tables("postgresql")
         for column in table.columns
         if holds_text(column)
     ]

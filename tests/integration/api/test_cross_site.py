@@ -11,11 +11,11 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, func, select
-from sqlmodel import SQLModel
 
 from service.api.app import create_app
 from service.kernel.settings import Settings
 from service.store.migrate import upgrade
+from service.store.partitions import schema_tables
 from tests.support.environment import make_settings
 from tests.support.helpers import make_event
 from tests.support.routes import RouteAddress, state_changing_routes
@@ -40,7 +40,7 @@ def _table_rows(settings: Settings) -> dict[str, int]:
         with engine.connect() as conn:
             return {
                 table.name: int(conn.execute(select(func.count()).select_from(table)).scalar_one())
-                for table in SQLModel.metadata.sorted_tables
+                for table in schema_tables(engine.dialect.name)
             }
     finally:
         engine.dispose()

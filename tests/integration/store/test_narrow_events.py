@@ -19,7 +19,7 @@ import redis
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
-from sqlmodel import SQLModel, col
+from sqlmodel import col
 
 from service.analysis.gold_queue import queue_state
 from service.api.app import create_app
@@ -31,6 +31,7 @@ from service.store.analysis import EventWindow
 from service.store.engine import make_engine, session_scope
 from service.store.judging import load_many_for_judging
 from service.store.models import Event, Passage, PassageText
+from service.store.partitions import schema_tables
 from tests.support.environment import make_settings
 from tests.support.helpers import judge, make_event, ui_app
 from tests.support.routes import every_route
@@ -294,7 +295,7 @@ def _empty(store_url: str) -> None:
     """Every table of the schema emptied (read from the models, so a new table is too)."""
     engine = make_engine(store_url)
     with engine.begin() as conn:
-        for table in reversed(SQLModel.metadata.sorted_tables):
+        for table in reversed(schema_tables(engine.dialect.name)):
             conn.execute(table.delete())
     engine.dispose()
 

@@ -214,7 +214,7 @@ def test_an_ingest_waits_for_a_purge_and_stores_the_text_again(postgres_url: str
         )
         # Ingest writes the texts in the statement that inserts the events (whose text
         # pg_stat_activity cuts at 1 kB, before the texts' part).
-        wait_for(_blocked_on_a_lock(engine, "WITH new_events AS (INSERT INTO events"), timeout=30)
+        wait_for(_blocked_on_a_lock(engine, "WITH given AS (SELECT * FROM unnest("), timeout=30)
         purge.commit()
     thread.join(timeout=30)
     assert not thread.is_alive()

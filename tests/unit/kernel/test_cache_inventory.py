@@ -37,7 +37,6 @@ ALLOWED: dict[str, str] = {
     "service/store/engine.py:get_engine": "keyed by a database URL from the settings; 4 entries",
     "service/store/event_rows.py:_processors": "keyed by the dialect: two exist; 4 entries",
     "service/store/event_rows.py:_postgres_columns": "keyed by the dialect; 4 entries",
-    "service/store/event_rows.py:_postgres_statement": "keyed by the dialect; 4 entries",
     "service/store/event_rows.py:_postgres_statement_with_passages": "keyed by the dialect",
     "service/store/dialect.py:_unnested_insert": (
         "keyed by a table of the schema and the column names the store's code writes (the "
