@@ -25,7 +25,13 @@ from kombu.transport import redis as redis_transport
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from service.ingest.judge_queue import JUDGE_SLICE_TASK, JUDGE_TASK, PURGE_TASK, SWEEP_TASK
+from service.ingest.judge_queue import (
+    JUDGE_SLICE_TASK,
+    JUDGE_TASK,
+    KEEP_DAYS_TASK,
+    PURGE_TASK,
+    SWEEP_TASK,
+)
 from service.kernel.broker import is_redis_url
 from service.kernel.queue_names import urgent_queue
 from service.kernel.redis_check import eviction_problem
@@ -89,6 +95,12 @@ def make_celery() -> Celery:
                 "task": PURGE_TASK,
                 "schedule": 3600.0,
                 "options": {"queue": settings.queue_name},
+            },
+            # The partitions of the next days, and the days past RM_KEEP_EVENTS_DAYS dropped.
+            "keep-event-days": {
+                "task": KEEP_DAYS_TASK,
+                "schedule": 3600.0,
+                "options": {"queue": urgent_queue(settings.queue_name)},
             },
         },
         task_routes={

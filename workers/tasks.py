@@ -13,6 +13,7 @@ from service.ingest.judge_queue import (
     FANOUT_TASK,
     JUDGE_SLICE_TASK,
     JUDGE_TASK,
+    KEEP_DAYS_TASK,
     PURGE_TASK,
     SWEEP_TASK,
     slices,
@@ -28,6 +29,8 @@ from service.store import events as event_store
 from service.store import judging as judging_store
 from service.store import spend as spend_repository
 from service.store.engine import session_scope
+from service.store.partitions import DAYS_AHEAD, day_number, ensure_days_ahead
+from service.store.retention import remove_events_before
 from service.telemetry.aggregates import Delta
 from service.telemetry.rebuild import ensure_aggregates
 from service.wiring.runtime import Runtime
@@ -236,6 +239,19 @@ def purge_old_texts() -> int:
     if purged:
         log.info("purged texts past retention", extra={"count": purged})
     return purged
+
+
+@app.task(name=KEEP_DAYS_TASK)  # type: ignore[untyped-decorator]
+def keep_event_days() -> int:
+    """Create the day partitions ahead (PostgreSQL) and remove the events past
+    RM_KEEP_EVENTS_DAYS; the events removed."""
+    rt = runtime()
+    now = utcnow()
+    ensure_days_ahead(rt.engine, day_number(now), DAYS_AHEAD)
+    if rt.settings.keep_events_days <= 0:
+        return 0
+    cutoff = event_store.older_than(now, rt.settings.keep_events_days * 86400)
+    return remove_events_before(rt.engine, cutoff).events
 
 
 @app.task(name=SWEEP_TASK)  # type: ignore[untyped-decorator]

@@ -52,6 +52,7 @@ JUDGE_SLICE_TASK = "judge.events"
 FANOUT_TASK = "judge.fanout"
 SWEEP_TASK = "events.sweep"
 PURGE_TASK = "events.purge"
+KEEP_DAYS_TASK = "events.keep_days"
 
 log = logging.getLogger(__name__)
 

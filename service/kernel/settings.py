@@ -406,6 +406,16 @@ class Settings(BaseSettings):
         "event within retention (or still pending) refers to it.",
     )
 
+    keep_events_days: float = Field(
+        0.0,
+        ge=0,
+        description="After this many days an event is removed whole: the event, its passages, "
+        "grades, scores, labels and duplicate key, and each passage text no kept event needs "
+        "(0: keep events forever). A resend of a removed event is a new event. On PostgreSQL "
+        "whole days leave by dropping their partitions, checked every hour; Prometheus keeps "
+        "the series already exported, and the pages' windows reach back only as far.",
+    )
+
     # --- pipeline timing -----------------------------------------------------------------------
     pending_requeue_seconds: float = Field(
         300.0,

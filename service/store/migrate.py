@@ -7,6 +7,10 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
+from service.kernel.clock import utcnow
+from service.store.engine import make_engine
+from service.store.partitions import DAYS_AHEAD, day_number, ensure_days_ahead
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
@@ -19,4 +23,12 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
+    """Migrate, then (PostgreSQL, at the head) create the day partitions of today and the next
+    days that are missing, so a service started after days off stores into them at once."""
     command.upgrade(alembic_config(database_url), revision)
+    if revision == "head":
+        engine = make_engine(database_url)
+        try:
+            ensure_days_ahead(engine, day_number(utcnow()), DAYS_AHEAD)
+        finally:
+            engine.dispose()

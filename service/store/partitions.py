@@ -39,6 +39,7 @@ from sqlalchemy.engine import Connection, Engine
 
 log = logging.getLogger(__name__)
 
+DAYS_AHEAD = 3  # days whose partitions exist before their first event
 DAY_SHIFT = 36  # 2**36 events a day (about 795,000 a second) before the day bits are reached
 KEY_MASK = (1 << DAY_SHIFT) - 1
 EPOCH = date(1970, 1, 1)
@@ -157,7 +158,7 @@ def ensure_days_ahead(engine: Engine, today: int, ahead: int) -> list[int]:
 
 @dataclass(frozen=True)
 class DroppedDay:
-    day: int
+    day: int  # -1: the legacy partition
     events: int  # rows of events in the day's partition when it left
     keys_deleted: int  # its events' duplicate keys, the one row-wise step
     texts_deleted: int  # passage texts no kept reference needs any more
