@@ -183,10 +183,11 @@ def insert_new_events(
     inserted: dict[str, int] = {}
     if dialect.name == "postgresql":
         statement = _postgres_statement_with_passages(dialect)
+        day = day_number(rows[0]["received_at"])
         parameters = [
             *_postgres_values(dialect, rows),
-            day_number(rows[0]["received_at"]),
-            *postgres_passage_parameters(tenant, passages),
+            day,
+            *postgres_passage_parameters(tenant, day, passages),
         ]
         with driver_errors(connection, statement), driver.cursor() as cursor:
             cursor.execute(statement, parameters)

@@ -146,17 +146,25 @@ class Passage(SQLModel, table=True):
 
 
 class PassageText(SQLModel, table=True):
-    """A distinct passage text of a tenant, stored once however many events refer to it.
+    """A distinct passage text of a tenant and a day, stored once however many of that day's
+    events refer to it.
 
     ``body``: the text in the form ``service.store.passage_body`` writes (one format byte, then
     its UTF-8, zlib-compressed when that is shorter); read it through ``read_passages``.
+    ``day``: the day its events were stored, as their keys carry it (``event_pk >> 36``). On
+    PostgreSQL a day's texts are a partition that leaves with the day's events, and a text a
+    kept day refers to is that day's own copy (``service/store/partitions.py``); on SQLite every
+    key is below ``1 << 36``, so every text is day 0 and is stored once.
     """
 
     __tablename__ = "passage_texts"
-    __table_args__ = (PrimaryKeyConstraint("tenant", "content_hash", name="pk_passage_texts"),)
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant", "content_hash", "day", name="pk_passage_texts"),
+    )
 
     tenant: str = Field(max_length=100, primary_key=True)
     content_hash: str = Field(max_length=64, primary_key=True)
+    day: int = Field(default=0, primary_key=True, sa_column_kwargs={"server_default": "0"})
     body: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -44,9 +45,11 @@ DAY_SHIFT = 36  # 2**36 events a day (about 795,000 a second) before the day bit
 KEY_MASK = (1 << DAY_SHIFT) - 1
 EPOCH = date(1970, 1, 1)
 
-# Each partitioned table and the column its ranges are on. Events come last: a day's other rows
-# go first, so nothing refers to an event that is gone.
+# Each partitioned table and the column its ranges are on: an event key, or (the passage texts)
+# the day itself. Events come last: a day's other rows go first, so nothing refers to an event
+# that is gone.
 PARTITIONED: tuple[tuple[str, str], ...] = (
+    ("passage_texts", "day"),
     ("passages", "event_pk"),
     ("judgments", "event_pk"),
     ("judge_runs", "event_pk"),
@@ -84,6 +87,11 @@ def day_bounds(day: int) -> tuple[int, int]:
     return day << DAY_SHIFT, (day + 1) << DAY_SHIFT
 
 
+def bounds_of(column: str, day: int) -> tuple[int, int]:
+    """A day's range in a partitioned table's column: of event keys, or of days."""
+    return (day, day + 1) if column == "day" else day_bounds(day)
+
+
 def partition_name(table: str, day: int) -> str:
     return f"{table}_d{(EPOCH + timedelta(days=day)):%Y%m%d}"
 
@@ -117,11 +125,11 @@ def existing_days(connection: Connection) -> list[int]:
 def create_day(connection: Connection, day: int) -> bool:
     """Create day ``day``'s partition of every partitioned table (those missing); False when
     the default partitions already hold rows of that day, which keeps them there."""
-    low, high = day_bounds(day)
     connection.execute(text("SET LOCAL lock_timeout = '5s'"))
     try:
         with connection.begin_nested():
-            for table, _column in PARTITIONED:
+            for table, column in PARTITIONED:
+                low, high = bounds_of(column, day)
                 # Constants and integers only: the names come from PARTITIONED.
                 connection.execute(
                     text(
@@ -161,30 +169,28 @@ class DroppedDay:
     day: int  # -1: the legacy partition
     events: int  # rows of events in the day's partition when it left
     keys_deleted: int  # its events' duplicate keys, the one row-wise step
-    texts_deleted: int  # passage texts no kept reference needs any more
     seconds_keys: float
-    seconds_texts: float
-    seconds_drop: float  # the DROP statements, in one transaction
+    seconds_drop: float  # the labels' range and the DROP statements, in one transaction
 
 
 def drop_day(engine: Engine, day: int, partition: str | None = None) -> DroppedDay:
     """Remove a day (or the legacy partition, ``partition="legacy"``) from every table.
 
-    Three transactions, each complete alone, so a crash between them leaves a state the next
-    run finishes:
-    1. the day's duplicate keys are deleted, driven by the day's own events (their keys'
-       primary-key entries): from then on a resend of one of them is a new event;
-    2. the passage texts that only this day's references need are deleted (``passage_texts`` is
-       shared by every day, so it cannot be dropped with them), under the same table lock as the
-       text purge, against ingest storing one of them again meanwhile;
-    3. the rows of people's labels and causes for the day, then each table's partition: a
-       ``DROP TABLE`` each, the events' after ``DETACH`` (labels refer to them).
+    Two transactions, each complete alone, so a crash between them leaves a state the next run
+    finishes:
+    1. the day's duplicate keys are deleted, driven by the day's own events (a primary-key
+       probe each; the one step whose work grows with the day): from then on a resend of one
+       of them is a new event, stored today;
+    2. the rows of people's labels and causes for the day (a range of their event key, on its
+       index), then each table's partition: a ``DROP TABLE`` each, the events' after ``DETACH``
+       (labels refer to them). The day's passage texts are its own (each day stores the texts
+       its events refer to), so they leave with it, and a kept day keeps its copy.
     """
-    import time
-
     suffix = partition or partition_name("", day)[1:]
     names = {table: f"{table}_{suffix}" for table, _ in PARTITIONED}
-    events_part, passages_part = names["events"], names["passages"]
+    events_part = names["events"]
+    low, high = (None, 1 << DAY_SHIFT) if partition == "legacy" else day_bounds(day)
+    in_range = f"event_pk < {high}" if low is None else f"event_pk >= {low} AND event_pk < {high}"
     with engine.connect() as connection:
         started = time.perf_counter()
         with connection.begin():
@@ -192,7 +198,7 @@ def drop_day(engine: Engine, day: int, partition: str | None = None) -> DroppedD
                 text("SELECT to_regclass(:name) IS NOT NULL"), {"name": events_part}
             ).scalar_one()
             if not exists:
-                return DroppedDay(day, 0, 0, 0, 0.0, 0.0, 0.0)
+                return DroppedDay(day, 0, 0, 0.0, 0.0)
             count = int(
                 connection.execute(text(f"SELECT count(*) FROM {events_part}")).scalar_one()  # noqa: S608
             )
@@ -204,47 +210,15 @@ def drop_day(engine: Engine, day: int, partition: str | None = None) -> DroppedD
             ).rowcount
         keys_done = time.perf_counter()
         with connection.begin():
-            connection.execute(text("LOCK TABLE passage_texts IN SHARE ROW EXCLUSIVE MODE"))
-            texts = connection.execute(
-                text(
-                    f"""
-DELETE FROM passage_texts
-WHERE (tenant, content_hash) IN (
-    SELECT DISTINCT e.tenant, p.content_hash
-    FROM {passages_part} p JOIN {events_part} e ON e.id = p.event_pk
-    WHERE NOT p.text_released
-)
-AND NOT EXISTS (
-    SELECT 1 FROM passages live JOIN events owner ON owner.id = live.event_pk
-    WHERE substr(live.content_hash, 1, 16) = substr(passage_texts.content_hash, 1, 16)
-      AND live.content_hash = passage_texts.content_hash AND NOT live.text_released
-      AND owner.tenant = passage_texts.tenant
-      AND live.tableoid <> '{passages_part}'::regclass
-)
-"""  # noqa: S608
-                )
-            ).rowcount
-        texts_done = time.perf_counter()
-        with connection.begin():
             connection.execute(text("SET LOCAL lock_timeout = '30s'"))
             for table in REFERRING:
-                connection.execute(
-                    text(f"DELETE FROM {table} WHERE event_pk IN (SELECT id FROM {events_part})")  # noqa: S608
-                )
+                connection.execute(text(f"DELETE FROM {table} WHERE {in_range}"))  # noqa: S608
             for table, _column in PARTITIONED:
                 if table == "events":
                     connection.execute(text(f"ALTER TABLE events DETACH PARTITION {events_part}"))
-                connection.execute(text(f"DROP TABLE {names[table]}"))
+                connection.execute(text(f"DROP TABLE IF EXISTS {names[table]}"))
         finished = time.perf_counter()
-    return DroppedDay(
-        day,
-        count,
-        int(keys or 0),
-        int(texts or 0),
-        keys_done - started,
-        texts_done - keys_done,
-        finished - texts_done,
-    )
+    return DroppedDay(day, count, int(keys or 0), keys_done - started, finished - keys_done)
 
 
 def days_to_drop(existing: Sequence[int], before_day: int) -> list[int]:

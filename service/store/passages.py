@@ -25,6 +25,7 @@ from sqlalchemy import text as sql_text
 from sqlmodel import Session
 
 from service.store.driver import driver_errors
+from service.store.partitions import DAY_SHIFT
 from service.store.passage_body import RecentForms, decode_body
 
 
@@ -68,9 +69,10 @@ def stored_forms(texts: Iterable[tuple[str, str]]) -> dict[str, bytes]:
 # PostgreSQL writes the references and the texts in the statement that inserts their events
 # (``service/store/event_rows.py``): these data-modifying WITH queries follow the one named
 # ``new_events`` (RETURNING id, event_id). Parameters, in order: the references' five arrays
-# (event id, rank, passage id, score, hash), the tenant, the texts' hashes and stored forms.
-# Only the events inserted get references, and only their texts are stored: a resent event's
-# texts may have been purged with it, and must not come back without a reference.
+# (event id, rank, passage id, score, hash), the tenant, the day (of the events' keys), the
+# texts' hashes and stored forms. Only the events inserted get references, and only their texts
+# are stored: a resent event's texts may have been purged with it, and must not come back
+# without a reference.
 POSTGRES_PASSAGES_WITH = """
 given_passages AS (
     SELECT * FROM unnest(%b::varchar[], %b::integer[], %b::varchar[], %b::float8[], %b::varchar[])
@@ -82,8 +84,9 @@ new_references AS (
     FROM given_passages r JOIN new_events e ON e.event_id = r.event_id
 ),
 new_texts AS (
-    INSERT INTO passage_texts (tenant, content_hash, body)
-    SELECT %s, t.digest, t.body FROM unnest(%b::varchar[], %b::bytea[]) AS t(digest, body)
+    INSERT INTO passage_texts (tenant, day, content_hash, body)
+    SELECT %s, %b::integer, t.digest, t.body
+    FROM unnest(%b::varchar[], %b::bytea[]) AS t(digest, body)
     WHERE t.digest IN (
         SELECT r.content_hash FROM given_passages r JOIN new_events e ON e.event_id = r.event_id
     )
@@ -94,10 +97,10 @@ new_texts AS (
 
 
 def postgres_passage_parameters(
-    tenant: str, passages: Sequence[tuple[str, int, str, float | None, str, str]]
+    tenant: str, day: int, passages: Sequence[tuple[str, int, str, float | None, str, str]]
 ) -> list[object]:
     """The parameters of ``POSTGRES_PASSAGES_WITH`` for (event id, rank, passage id, score,
-    hash, text) rows."""
+    hash, text) rows of events stored on ``day``."""
     texts = stored_forms((row[4], row[5]) for row in passages)
     return [
         [row[0] for row in passages],
@@ -106,6 +109,7 @@ def postgres_passage_parameters(
         [row[3] for row in passages],
         [row[4] for row in passages],
         tenant,
+        day,
         list(texts),
         list(texts.values()),
     ]
@@ -145,18 +149,20 @@ def store_passages(session: Session, tenant: str, rows: Sequence[PassageRow]) ->
 
 # A released reference (or a text already deleted) reads as an empty text: a purge never breaks
 # a read. The events' ids on both sides of the join: with them only on passages, PostgreSQL
-# hash-joins a sequential scan of every event.
-_READ = """
+# hash-joins a sequential scan of every event. A text is its day's copy: the day its event's
+# key carries (0 on SQLite and for every event stored before the day layout).
+_READ = f"""
 SELECT p.event_pk, p.rank, p.passage_id, p.score, p.content_hash, t.body
 FROM passages p
 JOIN events e ON e.id = p.event_pk
 LEFT JOIN passage_texts t
   ON t.tenant = e.tenant AND t.content_hash = p.content_hash AND NOT p.text_released
-WHERE p.event_pk IN :pks AND e.id IN :pks {window}
+  AND t.day = (p.event_pk >> {DAY_SHIFT})
+WHERE p.event_pk IN :pks AND e.id IN :pks {{window}}
 ORDER BY p.event_pk, p.rank
-"""
-_READ_ALL = sql_text(_READ.format(window="")).bindparams(bindparam("pks", expanding=True))
-_READ_JUDGED_WINDOW = sql_text(_READ.format(window="AND p.rank <= 2 * e.k")).bindparams(
+"""  # noqa: S608 (built from constants)
+_READ_ALL = sql_text(_READ.replace("{window}", "")).bindparams(bindparam("pks", expanding=True))
+_READ_JUDGED_WINDOW = sql_text(_READ.replace("{window}", "AND p.rank <= 2 * e.k")).bindparams(
     bindparam("pks", expanding=True)
 )
 
@@ -189,15 +195,16 @@ _RELEASE = sql_text(
     "UPDATE passages SET text_released = :released WHERE event_pk IN :pks AND text_released = :kept"
 ).bindparams(bindparam("pks", expanding=True))
 
-# Texts the given events referred to that no unreleased reference of the same tenant needs. The
-# candidates drive the statement (each looked up by the primary key, never a scan of every text),
-# and the NOT EXISTS reads the partial index ix_passages_live_hash: through its key (the hash's
-# first 16 hex digits, spelled exactly as the index is), then the whole hash.
-_DELETE_UNNEEDED = sql_text(
-    """
+# Texts the given events referred to that no unreleased reference of the same tenant and day
+# needs. The candidates drive the statement (each looked up by the primary key, never a scan of
+# every text), and the NOT EXISTS reads the partial index ix_passages_live_hash: through its key
+# (the hash's first 16 hex digits, spelled exactly as the index is), then the whole hash, among
+# the day's keys only (on PostgreSQL one partition's index).
+UNNEEDED_TEXTS = f"""
 DELETE FROM passage_texts
-WHERE (tenant, content_hash) IN (
-    SELECT e.tenant, p.content_hash FROM passages p JOIN events e ON e.id = p.event_pk
+WHERE (tenant, content_hash, day) IN (
+    SELECT e.tenant, p.content_hash, p.event_pk >> {DAY_SHIFT}
+    FROM passages p JOIN events e ON e.id = p.event_pk
     WHERE p.event_pk IN :pks AND e.id IN :pks
 )
 AND NOT EXISTS (
@@ -205,9 +212,14 @@ AND NOT EXISTS (
     WHERE substr(live.content_hash, 1, 16) = substr(passage_texts.content_hash, 1, 16)
       AND live.content_hash = passage_texts.content_hash AND NOT live.text_released
       AND owner.tenant = passage_texts.tenant
+      AND live.event_pk >= passage_texts.day * {1 << DAY_SHIFT}
+      AND live.event_pk < (passage_texts.day + 1) * {1 << DAY_SHIFT}
+      {{also}}
 )
-"""
-).bindparams(bindparam("pks", expanding=True))
+"""  # noqa: S608 (built from constants)
+_DELETE_UNNEEDED = sql_text(UNNEEDED_TEXTS.replace("{also}", "")).bindparams(
+    bindparam("pks", expanding=True)
+)
 
 # Ingest inserts texts under ROW EXCLUSIVE, which this mode conflicts with (and readers' ACCESS
 # SHARE does not): once granted, every transaction that may have referred to one of these texts

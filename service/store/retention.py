@@ -25,26 +25,16 @@ from service.store.partitions import (
     existing_days,
     is_partitioned,
 )
+from service.store.passages import UNNEEDED_TEXTS
 
 log = logging.getLogger(__name__)
 
 # The tables whose rows belong to one event, by its key; the events go last.
 _OWNED = ("passages", "judgments", "judge_runs", "scores", "gold_labels", "miss_causes")
 
+# The texts these events referred to that no other unreleased reference of their day needs.
 _DELETE_TEXTS_ONLY_THEY_NEED = text(
-    """
-DELETE FROM passage_texts
-WHERE (tenant, content_hash) IN (
-    SELECT e.tenant, p.content_hash FROM passages p JOIN events e ON e.id = p.event_pk
-    WHERE p.event_pk IN :pks AND e.id IN :pks
-)
-AND NOT EXISTS (
-    SELECT 1 FROM passages live JOIN events owner ON owner.id = live.event_pk
-    WHERE substr(live.content_hash, 1, 16) = substr(passage_texts.content_hash, 1, 16)
-      AND live.content_hash = passage_texts.content_hash AND NOT live.text_released
-      AND owner.tenant = passage_texts.tenant AND live.event_pk NOT IN :pks
-)
-"""
+    UNNEEDED_TEXTS.replace("{also}", "AND live.event_pk NOT IN :pks")
 ).bindparams(bindparam("pks", expanding=True))
 _DELETE_KEYS = text(
     "DELETE FROM event_keys WHERE event_pk IN :pks AND (tenant, event_id) IN "

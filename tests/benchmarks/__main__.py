@@ -25,6 +25,7 @@ from tests.benchmarks import (
     bench_judging,
     bench_lag,
     bench_policy,
+    bench_retention,
     bench_scrape,
     bench_storage,
     bench_tokens,
@@ -48,6 +49,7 @@ QUICK = {
         "2",
     ],
     "tokens": ["--queries", "5"],
+    "retention": ["--events", "300", "1000"],
     "judging": [
         "--backlog",
         "20",
@@ -159,6 +161,7 @@ BENCHMARKS: dict[str, Callable[[list[str]], list[Figure]]] = {
     "vectors": _module(bench_vectors),
     "storage": _module(bench_storage),
     "policy": _module(bench_policy),
+    "retention": _module(bench_retention),
     "lag": _module(bench_lag),
 }
 

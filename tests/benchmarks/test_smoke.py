@@ -262,3 +262,18 @@ def test_policy_figures(tmp_path: Path) -> None:
     assert all(r["baseline"] and float(r["baseline"]) > 0 for r in rows)  # type: ignore[arg-type]
     names = [str(r["name"]) for r in rows]
     assert "database bytes per narrow event (postgres)" in names
+
+
+@pytest.mark.postgres
+def test_retention_figures(tmp_path: Path) -> None:
+    _postgres_or_skip()
+    rows = _run("retention", tmp_path)
+    # Per size: the whole removal, the DROP statements alone, the rows written one by one.
+    assert len(rows) == 6
+    assert {r["number"] for r in rows} == {14}
+    assert all(_has_value(r) for r in rows)
+    # Each beside the text purge of the same day, in the same run, which wrote rows.
+    assert all(r["baseline"] and float(r["baseline"]) > 0 for r in rows)  # type: ignore[arg-type]
+    written = [r for r in rows if "rows written" in str(r["name"])]
+    # The old day's keys at least were deleted, and fewer rows than the purge's UPDATE wrote.
+    assert all(0 < float(r["value"]) < float(r["baseline"]) for r in written)  # type: ignore[arg-type]

@@ -6,7 +6,9 @@ Create Date: 2026-12-03 08:00:00.000000
 
 The layout is described in ``service/store/partitions.py``. Each of events, passages,
 judgments, judge_runs and scores becomes a table partitioned by ranges of the event's key, whose
-high bits (from bit 36) carry the day it was stored. The rows stored before are not copied:
+high bits (from bit 36) carry the day it was stored; passage_texts gains the day in its key and
+is partitioned by it (each day keeps the texts its events refer to; on SQLite, which keeps one
+day, the table is rebuilt with the column, every text day 0). The rows stored before are not copied:
 each existing table is attached, as it is, as the partition ``<table>_legacy`` of the keys below
 ``1 << 36`` (its event keys widened to 64 bits, which rewrites it once). A default partition
 catches a day whose partition the scheduler has not created; the partitions of today and the
@@ -42,6 +44,7 @@ _MASK = (1 << _SHIFT) - 1
 _DAYS_AHEAD = 3
 # (table, partition column, old primary key, new primary key, indexes, unique constraints)
 _TABLES: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("passage_texts", "day", "(tenant, content_hash)", "(tenant, content_hash, day)", (), ()),
     (
         "events",
         "id",
@@ -102,6 +105,37 @@ _OLD_FOREIGN_KEYS = {
     "miss_causes": "miss_causes_event_pk_fkey",
 }
 _REFERRING = ("gold_labels", "miss_causes")
+_KEY_NAMES = {"passages": "pk_passages", "passage_texts": "pk_passage_texts"}
+
+
+def _key_name(table: str) -> str:
+    return _KEY_NAMES.get(table, f"{table}_pkey")
+
+
+def _bounds(column: str, day: int) -> tuple[int, int]:
+    """A day's range: of days (the texts), or of event keys."""
+    return (day, day + 1) if column == "day" else (day << _SHIFT, (day + 1) << _SHIFT)
+
+
+def _texts_with_days(with_days: bool) -> None:
+    """SQLite: passage_texts rebuilt with (or without) the day in its key, as SQLite cannot
+    change a primary key in place. Every text there is day 0."""
+    columns = "tenant, content_hash, body"
+    op.execute(
+        "CREATE TABLE passage_texts_next (tenant VARCHAR(100) NOT NULL, "
+        "content_hash VARCHAR(64) NOT NULL, body BLOB NOT NULL"
+        + (", day INTEGER DEFAULT '0' NOT NULL" if with_days else "")
+        + ", CONSTRAINT pk_passage_texts PRIMARY KEY (tenant, content_hash"
+        + (", day))" if with_days else "))")
+    )
+    op.execute(
+        f"INSERT INTO passage_texts_next ({columns}) "  # noqa: S608
+        f"SELECT {columns} FROM passage_texts" + ("" if with_days else " WHERE day = 0")
+    )
+    op.execute("DROP TABLE passage_texts")
+    op.execute("ALTER TABLE passage_texts_next RENAME TO passage_texts")
+
+
 _SEQUENCES = {"events": "events_id_seq", "judgments": "judgments_id_seq",
               "judge_runs": "judge_runs_id_seq", "scores": "scores_id_seq"}  # fmt: skip
 
@@ -116,14 +150,17 @@ def _day(moment: date) -> int:
 
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
+        _texts_with_days(True)
         return
+    op.execute("ALTER TABLE passage_texts ADD COLUMN day integer DEFAULT 0 NOT NULL")
     for table, name in _OLD_FOREIGN_KEYS.items():
         op.execute(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {name}")
     op.execute("ALTER TABLE events DROP CONSTRAINT uq_events_tenant_event_id")
     for table, column, _old_key, new_key, indexes, uniques in _TABLES:
         legacy = f"{table}_legacy"
         op.execute(f"ALTER TABLE {table} RENAME TO {legacy}")
-        op.execute(f"ALTER TABLE {legacy} ALTER COLUMN {column} TYPE bigint")
+        if column != "day":
+            op.execute(f"ALTER TABLE {legacy} ALTER COLUMN {column} TYPE bigint")
         # Index and constraint names are the schema's: the partitioned table takes them.
         op.execute(f"ALTER TABLE {legacy} DROP CONSTRAINT IF EXISTS {table}_pkey")
         op.execute(f"ALTER TABLE {legacy} DROP CONSTRAINT IF EXISTS pk_{table}")
@@ -134,8 +171,7 @@ def upgrade() -> None:
         op.execute(
             f"CREATE TABLE {table} (LIKE {legacy} INCLUDING DEFAULTS) PARTITION BY RANGE ({column})"
         )
-        key_name = "pk_passages" if table == "passages" else f"{table}_pkey"
-        op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {key_name} PRIMARY KEY {new_key}")
+        op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {_key_name(table)} PRIMARY KEY {new_key}")
         for definition in uniques:
             op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {definition}")
         for definition in indexes:
@@ -145,7 +181,7 @@ def upgrade() -> None:
             op.execute(f"ALTER SEQUENCE {sequence} AS bigint OWNED BY {table}.id")
         op.execute(
             f"ALTER TABLE {table} ATTACH PARTITION {legacy} "
-            f"FOR VALUES FROM (MINVALUE) TO ({1 << _SHIFT})"
+            f"FOR VALUES FROM (MINVALUE) TO ({_bounds(column, 0)[1]})"
         )
         op.execute(f"CREATE TABLE {table}_default PARTITION OF {table} DEFAULT")
     # A new event's key: the day it is stored, then the sequence (ingest gives the day itself).
@@ -157,10 +193,11 @@ def upgrade() -> None:
     today = _day(datetime.now(UTC).date())
     for day in range(today, today + _DAYS_AHEAD + 1):
         suffix = f"d{date(1970, 1, 1) + timedelta(days=day):%Y%m%d}"
-        for table, *_rest in _TABLES:
+        for table, column, *_rest in _TABLES:
+            low, high = _bounds(column, day)
             op.execute(
                 f"CREATE TABLE {table}_{suffix} PARTITION OF {table} "
-                f"FOR VALUES FROM ({day << _SHIFT}) TO ({(day + 1) << _SHIFT})"
+                f"FOR VALUES FROM ({low}) TO ({high})"
             )
     op.execute(
         "CREATE TABLE event_keys ("
@@ -182,6 +219,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
+        _texts_with_days(False)
         return
     for table in _REFERRING:
         op.execute(f"ALTER TABLE {table} DROP CONSTRAINT {_OLD_FOREIGN_KEYS[table]}")
@@ -202,7 +240,7 @@ def downgrade() -> None:
     )
     op.execute("CREATE INDEX ON key_map (old)")
     op.execute("UPDATE events SET id = m.new FROM key_map m WHERE events.id = m.old")
-    for table in (*(t for t, *_ in _TABLES if t != "events"), *_REFERRING):
+    for table in (*(t for t, c, *_ in _TABLES if c == "event_pk"), *_REFERRING):
         op.execute(f"UPDATE {table} SET event_pk = m.new FROM key_map m WHERE event_pk = m.old")  # noqa: S608
         op.execute(f"ALTER TABLE {table} ALTER COLUMN event_pk TYPE integer")
     op.execute("ALTER TABLE events ALTER COLUMN id TYPE integer")
@@ -211,9 +249,14 @@ def downgrade() -> None:
         op.execute(
             f"SELECT setval('{sequence}', (SELECT coalesce(max(id), 0) + 1 FROM {table}), false)"  # noqa: S608
         )
+    # A text kept by several days is one row again, without its day.
+    op.execute(
+        "DELETE FROM passage_texts t USING passage_texts o WHERE t.tenant = o.tenant "
+        "AND t.content_hash = o.content_hash AND t.day > o.day"
+    )
+    op.execute("ALTER TABLE passage_texts DROP COLUMN day")
     for table, _column, old_key, _new_key, indexes, uniques in _TABLES:
-        key_name = "pk_passages" if table == "passages" else f"{table}_pkey"
-        op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {key_name} PRIMARY KEY {old_key}")
+        op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {_key_name(table)} PRIMARY KEY {old_key}")
         for definition in uniques:
             op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {definition}")
         for definition in indexes:
