@@ -4,8 +4,8 @@ For each size, two databases get the same load: ``--events`` judged events (k=10
 the ingest benchmark's pool) stored three days ago, and a tenth as many stored today, which
 share the pool's texts. Then, timed:
 - **drop**: ``remove_events_before`` at the start of yesterday, as ``RM_KEEP_EVENTS_DAYS``
-  does: the old day's duplicate keys and the texts only it needed deleted, then one DROP per
-  partitioned table;
+  does: the old day's duplicate keys deleted, then one DROP per partitioned table (its texts,
+  which are the day's own copies, with them);
 - **purge** (baseline): the text purge ``RM_RETENTION_DAYS`` runs today, in its batches of
   1,000: an UPDATE of every old event and of each of its passage references.
 "Rows written" counts what each wrote row by row (rows deleted or updated); a dropped partition
@@ -73,12 +73,11 @@ def _drop(url: str, cutoff: datetime) -> tuple[float, float, int, str]:
     finally:
         engine.dispose()
     days = [day for day in removal.days if day.events]
-    written = sum(day.keys_deleted + day.texts_deleted for day in days)
+    written = sum(day.keys_deleted for day in days)
     drop = sum(day.seconds_drop for day in days)
     note = (
-        f"{removal.events:,} events left; keys {sum(d.seconds_keys for d in days):.3f} s, "
-        f"texts {sum(d.seconds_texts for d in days):.3f} s "
-        f"({sum(d.texts_deleted for d in days):,} deleted), DROP statements {drop:.3f} s"
+        f"{removal.events:,} events left; their duplicate keys deleted in "
+        f"{sum(d.seconds_keys for d in days):.3f} s, the DROP statements {drop:.3f} s"
     )
     return seconds, drop, written, note
 
@@ -141,7 +140,7 @@ def measure(args: argparse.Namespace) -> list[Figure]:
                 "the text purge's UPDATE of the same day",
                 float(purge_written),
                 target="reported",
-                note="keys and texts deleted; the purge: every event and reference updated",
+                note="duplicate keys deleted; the purge: every event and reference updated",
             ),
         ]
     return figures
