@@ -121,9 +121,9 @@ def _postgres_statement_with_passages(dialect: Dialect) -> str:
     return (
         f"WITH given AS (SELECT * FROM unnest({arrays}) AS given({', '.join(COLUMNS)})), "  # noqa: S608
         "new_keys AS ("
-        "INSERT INTO event_keys (tenant, event_id, event_pk, payload_hash) "
+        "INSERT INTO event_keys (tenant, event_id, event_pk) "
         f"SELECT tenant, event_id, (%b::bigint << {DAY_SHIFT}) | "
-        f"(nextval('events_id_seq') & {KEY_MASK}), payload_hash FROM given "
+        f"(nextval('events_id_seq') & {KEY_MASK}) FROM given "
         "ON CONFLICT DO NOTHING RETURNING event_id, event_pk), "
         f"new_events AS (INSERT INTO events (id, {', '.join(COLUMNS)}) "
         f"SELECT new_keys.event_pk, {picked} FROM given "

@@ -337,14 +337,17 @@ def find_event(session: Session, tenant: str, event_id: str) -> Event | None:
     # An id no store can hold names no stored event (PostgreSQL would refuse the lookup itself).
     if text_problem(event_id) is not None:
         return None
-    # The newest: on PostgreSQL, between the deletion of a dropped day's duplicate keys and the
-    # drop itself, a resend is stored anew while its first send is still there.
-    return session.execute(
-        select(Event)
-        .where(col(Event.tenant) == tenant, col(Event.event_id) == event_id)
-        .order_by(col(Event.id).desc())
-        .limit(1)
-    ).scalar_one_or_none()
+    statement = select(Event)
+    if dialect_of(session) == "postgresql":
+        # The events, partitioned by day, have no index on (tenant, event_id): the duplicate
+        # check's key names the event (``service/store/partitions.py``). Between the deletion
+        # of a removed day's keys and its drop, a resend is a new event: the key names it.
+        statement = statement.join(EVENT_KEYS, EVENT_KEYS.c.event_pk == col(Event.id)).where(
+            EVENT_KEYS.c.tenant == tenant, EVENT_KEYS.c.event_id == event_id
+        )
+    else:
+        statement = statement.where(col(Event.tenant) == tenant, col(Event.event_id) == event_id)
+    return session.execute(statement).scalar_one_or_none()
 
 
 def record_feedback(session: Session, event: Event, feedback: FeedbackIn) -> None:
@@ -364,14 +367,15 @@ def known_payload_hashes(session: Session, tenant: str, event_ids: Sequence[str]
         return {}
     statement: Any
     if session.get_bind().dialect.name == "postgresql":
-        # The duplicate check's own table (day partitions: ``service/store/partitions.py``)
-        # keeps the hash: one primary-key probe, whichever day holds the event.
+        # Through the duplicate check's own table (day partitions:
+        # ``service/store/partitions.py``): its primary key names the event's key, whose
+        # partition's primary key then gives the hash, whichever day holds the event.
         wanted = unnest_keys(event_id=list(dict.fromkeys(event_ids)))
         statement = lookup_each(
             wanted,
-            select(EVENT_KEYS.c.payload_hash).where(
-                EVENT_KEYS.c.tenant == tenant, EVENT_KEYS.c.event_id == wanted.c.event_id
-            ),
+            select(col(Event.payload_hash))
+            .select_from(EVENT_KEYS.join(Event, col(Event.id) == EVENT_KEYS.c.event_pk))
+            .where(EVENT_KEYS.c.tenant == tenant, EVENT_KEYS.c.event_id == wanted.c.event_id),
         )
     else:
         statement = select(col(Event.event_id), col(Event.payload_hash)).where(

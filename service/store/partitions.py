@@ -19,8 +19,10 @@ What else the layout holds (migration 0012):
   partitions (a unique index on a partitioned table must contain the partition key), so ingest
   inserts each event's (tenant, event_id) into this unpartitioned table first, ``ON CONFLICT DO
   NOTHING``, and stores only the events whose key went in: a resend a day later meets the key
-  of the first send whichever partition holds it. It keeps the payload hash, so a resend is
-  told from a conflict without reading the events.
+  of the first send whichever partition holds it, and names its key: reading the first send's
+  payload hash (to tell a resend from a conflict) or the event itself by its id is a probe of
+  this key, then of one partition's primary key. The events carry no index of their own on
+  (tenant, event_id).
 
 SQLite has none of this: its events keep the unique constraint and old events leave in batches.
 """
@@ -67,7 +69,6 @@ EVENT_KEYS = Table(
     Column("tenant", String(100), primary_key=True),
     Column("event_id", String(200), primary_key=True),
     Column("event_pk", BigInt(), nullable=False),
-    Column("payload_hash", String(64), nullable=False),
 )
 
 _DAY_NAME = re.compile(r"_d(\d{8})$")

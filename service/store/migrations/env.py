@@ -17,12 +17,10 @@ target_metadata = SQLModel.metadata
 
 _PARTITIONED = {table for table, _column in PARTITIONED}
 # What PostgreSQL's day layout (service/store/partitions.py) holds that the models do not say,
-# or says otherwise, on purpose: each table's partitions, the duplicate check's own table and
-# the index on (tenant, event_id) that stands in for the unique constraint, which a partitioned
-# table cannot have; and the partitioned tables' foreign keys to events, which a day's drop
-# would have to check row by row.
+# or says otherwise, on purpose: each table's partitions and the duplicate check's own table,
+# which stands in for the unique constraint a partitioned table cannot have; and the partitioned
+# tables' foreign keys to events, which a day's drop would have to check row by row.
 _LAYOUT_ONLY_TABLES = set(POSTGRES_ONLY.tables)
-_LAYOUT_ONLY_INDEXES = {"ix_events_tenant_event_id"}
 
 
 def include_object(
@@ -35,8 +33,6 @@ def include_object(
     if type_ == "table" and reflected and compare_to is None:
         base = (name or "").rsplit("_", 1)[0]
         return not (name in _LAYOUT_ONLY_TABLES or base in _PARTITIONED)
-    if type_ == "index" and name in _LAYOUT_ONLY_INDEXES:
-        return False
     if type_ == "unique_constraint" and name == "uq_events_tenant_event_id":
         return False
     if type_ == "foreign_key_constraint":

@@ -56,7 +56,6 @@ _TABLES: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...]], ...]
             "ix_events_status_received ON events (status, received_at)",
             "ix_events_gold_received ON events (received_at) WHERE gold",
             "ix_events_gold_tenant_received ON events (tenant, received_at) WHERE gold",
-            "ix_events_tenant_event_id ON events (tenant, event_id)",
         ),
         (),
     ),
@@ -201,13 +200,12 @@ def upgrade() -> None:
             )
     op.execute(
         "CREATE TABLE event_keys ("
-        " tenant varchar(100) NOT NULL, event_id varchar(200) NOT NULL,"
-        " event_pk bigint NOT NULL, payload_hash varchar(64) NOT NULL,"
+        " tenant varchar(100) NOT NULL, event_id varchar(200) NOT NULL, event_pk bigint NOT NULL,"
         " CONSTRAINT pk_event_keys PRIMARY KEY (tenant, event_id))"
     )
     op.execute(
-        "INSERT INTO event_keys (tenant, event_id, event_pk, payload_hash) "
-        "SELECT tenant, event_id, id, payload_hash FROM events"
+        "INSERT INTO event_keys (tenant, event_id, event_pk) "
+        "SELECT tenant, event_id, id FROM events"
     )
     for table in _REFERRING:
         op.execute(f"ALTER TABLE {table} ALTER COLUMN event_pk TYPE bigint")
@@ -260,8 +258,7 @@ def downgrade() -> None:
         for definition in uniques:
             op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {definition}")
         for definition in indexes:
-            if _index_name(definition) != "ix_events_tenant_event_id":
-                op.execute(f"CREATE INDEX {definition}")
+            op.execute(f"CREATE INDEX {definition}")
     op.execute("ALTER TABLE events ALTER COLUMN id SET DEFAULT nextval('events_id_seq')")
     op.execute(
         "ALTER TABLE events ADD CONSTRAINT uq_events_tenant_event_id UNIQUE (tenant, event_id)"
