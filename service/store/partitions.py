@@ -126,7 +126,9 @@ def existing_days(connection: Connection) -> list[int]:
 def create_day(connection: Connection, day: int) -> bool:
     """Create day ``day``'s partition of every partitioned table (those missing); False when
     the default partitions already hold rows of that day, which keeps them there."""
-    connection.execute(text("SET LOCAL lock_timeout = '5s'"))
+    # Creating a partition locks its table against ingest while it waits: briefly, and retried
+    # the next hour (the days are made three ahead).
+    connection.execute(text("SET LOCAL lock_timeout = '1s'"))
     try:
         with connection.begin_nested():
             for table, column in PARTITIONED:
