@@ -412,7 +412,8 @@ class Settings(BaseSettings):
         description="After this many days an event is removed whole: the event, its passages, "
         "grades, scores, labels and duplicate key, and each passage text no kept event needs "
         "(0: keep events forever). A resend of a removed event is a new event. On PostgreSQL "
-        "whole days leave by dropping their partitions, checked every hour; Prometheus keeps "
+        "whole days (UTC) leave by dropping their partitions, once the day's last moment is "
+        "this old, checked every hour; Prometheus keeps "
         "the series already exported, and the pages' windows reach back only as far.",
     )
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, time, timedelta
 
 from sqlalchemy import Engine, bindparam, select, text
 from sqlmodel import Session, col
 
 from service.store.models import Event
 from service.store.partitions import (
+    EPOCH,
     DroppedDay,
     day_number,
     days_to_drop,
@@ -30,7 +31,7 @@ from service.store.passages import UNNEEDED_TEXTS
 log = logging.getLogger(__name__)
 
 # The tables whose rows belong to one event, by its key; the events go last.
-_OWNED = ("passages", "judgments", "judge_runs", "scores", "gold_labels", "miss_causes")
+OWNED_BY_EVENTS = ("passages", "judgments", "judge_runs", "scores", "gold_labels", "miss_causes")
 
 # The texts these events referred to that no other unreleased reference of their day needs.
 _DELETE_TEXTS_ONLY_THEY_NEED = text(
@@ -55,10 +56,16 @@ class Removal:
 
 
 def remove_events_before(engine: Engine, cutoff: datetime, batch: int = 1000) -> Removal:
-    """Remove every event received before ``cutoff``, with everything about it."""
+    """Remove every event received before ``cutoff``, with everything about it.
+
+    On the day layout the cutoff is taken back to its day's start (UTC): an event leaves with
+    its whole day, up to a day after ``cutoff`` passed it, rather than the part of a day before
+    the cutoff's hour being deleted row by row every time."""
     removal = Removal()
     with engine.connect() as connection:
         partitioned = is_partitioned(connection)
+        if partitioned:
+            cutoff = datetime.combine(EPOCH + timedelta(days=day_number(cutoff)), time(), UTC)
         days = existing_days(connection) if partitioned else []
         legacy_done = False
         legacy = (
@@ -111,7 +118,7 @@ def delete_events(session: Session, pks: list[int]) -> None:
         # As the text purge: ingest storing one of these texts again waits for the commit.
         session.execute(text("LOCK TABLE passage_texts IN SHARE ROW EXCLUSIVE MODE"))
     session.execute(_DELETE_TEXTS_ONLY_THEY_NEED, {"pks": pks})
-    for table in _OWNED:
+    for table in OWNED_BY_EVENTS:
         statement = text(f"DELETE FROM {table} WHERE event_pk IN :pks")  # noqa: S608
         session.execute(statement.bindparams(bindparam("pks", expanding=True)), {"pks": pks})
     if postgres and is_partitioned(session.connection()):

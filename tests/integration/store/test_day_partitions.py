@@ -309,3 +309,22 @@ def test_migration_0012_carries_every_row_over_and_back(postgres_url: str) -> No
         found = read_passages(session, [7, 8])
     assert [[p.text for p in found[pk]] for pk in (7, 8)] == [[SHARED], [SHARED]]
     engine.dispose()
+
+
+def test_every_table_that_refers_to_events_leaves_with_them() -> None:
+    """Read from the models, so a table added later that refers to events is covered too: it
+    is partitioned with the days or deleted by the day's range, and removed row by row."""
+    from sqlmodel import SQLModel
+
+    from service.store.partitions import PARTITIONED, REFERRING
+    from service.store.retention import OWNED_BY_EVENTS
+
+    referring = {
+        table.name
+        for table in SQLModel.metadata.sorted_tables
+        if any(key.column.table.name == "events" for key in table.foreign_keys)
+    }
+    assert referring  # the check below checks something
+    by_day = {table for table, column in PARTITIONED if column == "event_pk"}
+    assert referring == by_day | set(REFERRING)
+    assert referring == set(OWNED_BY_EVENTS)
