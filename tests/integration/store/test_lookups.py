@@ -199,3 +199,35 @@ def test_postgresql_counts_pending_events_by_a_plain_index_scan(postgres_url: st
             assert "Bitmap" not in plan, plan
             assert "Seq Scan" not in plan, plan
     engine.dispose()
+
+
+@pytest.mark.postgres
+def test_postgresql_pages_the_scores_in_id_order_by_index_across_day_partitions(
+    postgres_url: str,
+) -> None:
+    """The aggregates' rebuild reads every score in id order, a page at a time: each page is an
+    index scan of each day partition merged, never a scan and sort of every score (the primary
+    key of a partitioned table must hold the event key; the id leads it). Without statistics,
+    as a bulk load leaves the tables."""
+    from service.store.judging import scored_events
+    from service.store.partitions import day_number, partition_name
+    from tests.benchmarks.earlier_events import fill
+
+    fill(postgres_url, 3000)  # judged events: a score, a judge run and grades each
+    engine = make_engine(postgres_url)
+    with session_scope(engine) as session:
+        plan = plan_of(engine, lambda: scored_events(session, 100, 1000), "scores")
+        pages = 0
+        after = 0
+        while page := scored_events(session, after, 1000):
+            assert [s.score.id for s in page] == sorted(s.score.id for s in page)
+            assert page[0].score.id > after
+            after = page[-1].score.id
+            pages += 1
+    engine.dispose()
+    assert pages == 3
+    today = partition_name("scores", day_number(utcnow()))
+    assert "Merge Append" in plan, plan
+    assert f"Index Scan using {today}_pkey" in plan, plan
+    assert f"Seq Scan on {today}" not in plan, plan
+    assert not re.search(r"Sort\s+\(cost", plan), plan  # no Sort node ("Sort Key" is the merge's)

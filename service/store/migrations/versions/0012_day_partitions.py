@@ -42,7 +42,9 @@ depends_on: str | Sequence[str] | None = None
 _SHIFT = 36
 _MASK = (1 << _SHIFT) - 1
 _DAYS_AHEAD = 3
-# (table, partition column, old primary key, new primary key, indexes, unique constraints)
+# (table, partition column, old primary key, new primary key, indexes, unique constraints). A
+# primary key must hold the partition key; the id leads it, so reading rows in id order (the
+# aggregates' rebuild pages the scores so) stays an index scan of each partition.
 _TABLES: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("passage_texts", "day", "(tenant, content_hash)", "(tenant, content_hash, day)", (), ()),
     (
@@ -74,7 +76,7 @@ _TABLES: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...]], ...]
         "judgments",
         "event_pk",
         "(id)",
-        "(event_pk, id)",
+        "(id, event_pk)",
         ("ix_judgments_event_pk ON judgments (event_pk)",),
         ("uq_judgments_event_rank_judge UNIQUE (event_pk, rank, judge, prompt_version)",),
     ),
@@ -82,7 +84,7 @@ _TABLES: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...]], ...]
         "judge_runs",
         "event_pk",
         "(id)",
-        "(event_pk, id)",
+        "(id, event_pk)",
         ("ix_judge_runs_event_pk ON judge_runs (event_pk)",),
         ("uq_judge_runs_event_judge UNIQUE (event_pk, judge, prompt_version)",),
     ),
@@ -90,7 +92,7 @@ _TABLES: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...]], ...]
         "scores",
         "event_pk",
         "(id)",
-        "(event_pk, id)",
+        "(id, event_pk)",
         ("ix_scores_event_pk ON scores (event_pk)",),
         ("uq_scores_event_judge UNIQUE (event_pk, judge, prompt_version)",),
     ),
