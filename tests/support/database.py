@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import redis
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import Engine, create_engine, func, select, text
 
 from service.kernel.settings import Settings
 from service.telemetry.aggregates import DONE_PREFIX
@@ -36,3 +38,21 @@ def judged_and_exported(settings: Settings) -> int:
     finally:
         client.close()
     return min(judged, exported)
+
+
+def blocked_on_a_lock(engine: Engine, query_start: str) -> Callable[[], bool]:
+    """Whether a statement starting with ``query_start`` waits on a lock in this PostgreSQL
+    database: what a test holding a transaction open waits to see before it lets go."""
+
+    def blocked() -> bool:
+        with engine.connect() as conn:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database() AND query LIKE :q"
+                ),
+                {"q": f"{query_start}%"},
+            ).scalar_one()
+        return bool(waiting)
+
+    return blocked

@@ -7,7 +7,6 @@ blocked on its lock, so the race is the same on any machine."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,6 +30,7 @@ from service.store.partitions import (
 )
 from service.store.passages import read_passages
 from service.store.retention import remove_events_before
+from tests.support.database import blocked_on_a_lock
 from tests.support.live import wait_for
 
 SHARED = "a passage both days' events were given"
@@ -173,21 +173,6 @@ def test_a_day_without_its_partition_keeps_its_events_in_the_default_one(
     engine.dispose()
 
 
-def _blocked_on_a_lock(engine: Engine) -> Callable[[], bool]:
-    def blocked() -> bool:
-        with engine.connect() as conn:
-            return bool(
-                conn.execute(
-                    text(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND datname = current_database() AND query LIKE 'WITH given AS%'"
-                    )
-                ).scalar_one()
-            )
-
-    return blocked
-
-
 @pytest.mark.postgres
 @pytest.mark.parametrize("body", ["same", "changed"])
 def test_a_resend_across_a_day_boundary_waits_for_the_first_and_is_never_stored_twice(
@@ -207,7 +192,7 @@ def test_a_resend_across_a_day_boundary_waits_for_the_first_and_is_never_stored_
         )
         thread.start()
         # The resend, bound for tomorrow's partition, meets today's key and waits for it.
-        wait_for(_blocked_on_a_lock(engine), timeout=30)
+        wait_for(blocked_on_a_lock(engine, "WITH given AS"), timeout=30)
         session.commit()
     thread.join(timeout=30)
     assert outcome == ["duplicate" if body == "same" else "conflict"]

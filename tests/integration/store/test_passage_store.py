@@ -22,6 +22,7 @@ from service.store.judging import erase_passage_texts, load_many_for_judging, pu
 from service.store.models import Event, EventStatus, PassageText
 from service.store.passage_body import PLAIN, ZLIB
 from service.store.passages import read_passages
+from tests.support.database import blocked_on_a_lock
 from tests.support.live import wait_for
 
 CORPUS = [f"abstract {i}: a passage a retriever returns to many queries" for i in range(6)]
@@ -154,21 +155,6 @@ def test_retention_purges_a_text_no_retained_or_pending_event_refers_to(store_ur
 # SQLite lets one writer at a time in; PostgreSQL lets both run, and the lock must order them.
 
 
-def _blocked_on_a_lock(engine: Engine, query_start: str) -> Callable[[], bool]:
-    def blocked() -> bool:
-        with engine.connect() as conn:
-            waiting = conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND datname = current_database() AND query LIKE :q"
-                ),
-                {"q": f"{query_start}%"},
-            ).scalar_one()
-        return bool(waiting)
-
-    return blocked
-
-
 def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[BaseException]]:
     errors: list[BaseException] = []
 
@@ -190,7 +176,7 @@ def test_a_purge_waits_for_an_ingest_referring_to_the_text(postgres_url: str) ->
         # The ingest has stored its reference to CORPUS[0] (not committed) when the purge runs.
         new = insert_events(ingest, "t1", [("new", _event("new", [CORPUS[0]]))], utcnow())
         thread, errors = _in_thread(lambda: _release(engine, pks["old"]))
-        wait_for(_blocked_on_a_lock(engine, "LOCK TABLE passage_texts"), timeout=30)
+        wait_for(blocked_on_a_lock(engine, "LOCK TABLE passage_texts"), timeout=30)
         ingest.commit()
     thread.join(timeout=30)
     assert not thread.is_alive()
@@ -214,7 +200,7 @@ def test_an_ingest_waits_for_a_purge_and_stores_the_text_again(postgres_url: str
         )
         # Ingest writes the texts in the statement that inserts the events (whose text
         # pg_stat_activity cuts at 1 kB, before the texts' part).
-        wait_for(_blocked_on_a_lock(engine, "WITH given AS (SELECT * FROM unnest("), timeout=30)
+        wait_for(blocked_on_a_lock(engine, "WITH given AS (SELECT * FROM unnest("), timeout=30)
         purge.commit()
     thread.join(timeout=30)
     assert not thread.is_alive()
