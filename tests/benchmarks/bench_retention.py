@@ -73,7 +73,7 @@ def _drop(url: str, cutoff: datetime) -> tuple[float, float, int, str]:
     finally:
         engine.dispose()
     days = [day for day in removal.days if day.events]
-    written = sum(day.keys_deleted for day in days)
+    written = sum(day.events for day in days)  # a duplicate key deleted each
     drop = sum(day.seconds_drop for day in days)
     note = (
         f"{removal.events:,} events left; their duplicate keys deleted in "
