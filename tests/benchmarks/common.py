@@ -234,9 +234,11 @@ def cpu_seconds(pid: int) -> float:
 
 @contextmanager
 def postgres_database(name: str) -> Iterator[str]:
-    """A database of our own on the test server, dropped afterwards."""
+    """A database of our own on the test server, dropped afterwards. Its name carries this
+    process's id: two runs on one server (two checkouts' test commands) never drop each other's."""
     from sqlalchemy import create_engine, text
 
+    name = f"{name}_{os.getpid()}"
     admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
