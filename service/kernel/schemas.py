@@ -11,7 +11,16 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 
 from service.kernel.client_text import Verbatim, mask_body_in_place
 from service.kernel.count_limits import CountedBody, CountLimit
@@ -250,11 +259,24 @@ def check_feedback_limits(feedback: FeedbackIn, settings: Settings) -> list[str]
     return []
 
 
+class DecodedEvents(list[EventIn]):
+    """The events of a batch body already built from its bytes, every one valid
+    (``service/kernel/event_decoder.py``): a batch holding them passes as it is."""
+
+
+def _decoded_pass(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    return value if type(value) is DecodedEvents else handler(value)
+
+
 class BatchIn(CountedBody):
     model_config = ConfigDict(extra="forbid")
 
+    # Raw events, or ``DecodedEvents`` (validated ``EventIn``) when the body was decoded whole;
+    # a union would have every raw event tried as an ``EventIn`` too, and its errors reported.
     events: Annotated[
-        list[dict[str, Any]], CountLimit("max_batch_events", "events in one batch")
+        list[dict[str, Any]],
+        CountLimit("max_batch_events", "events in one batch"),
+        WrapValidator(_decoded_pass),
     ] = Field(description="Events as in POST /v1/events; each is validated on its own.")
 
 

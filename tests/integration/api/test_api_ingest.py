@@ -5,9 +5,14 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
+from service.http import decoded_batch
+from service.kernel.event_decoder import decode_valid_batch
+from service.kernel.schemas import DecodedEvents
 from service.kernel.settings import Settings
 from service.store.models import Event, Passage
 from tests.support.database import count_rows
@@ -170,6 +175,59 @@ def test_batch_gives_a_result_per_event(client: TestClient, settings: Settings) 
     assert "k must be between" in body["results"][2]["error"]
     assert (body["accepted"], body["duplicate"], body["rejected"]) == (2, 2, 2)
     assert count_rows(settings, Event) == 3
+
+
+def test_a_batch_read_from_its_bytes_answers_and_stores_as_the_models_reading_does(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same events in two batches: all valid, read by the compiled decoder; then again
+    # with one invalid event among them, which hands the whole body back to the models.
+    readings: list[bool] = []
+
+    def recorded(body: bytes, settings: Settings) -> DecodedEvents | None:
+        events = decode_valid_batch(body, settings)
+        readings.append(events is not None)
+        return events
+
+    monkeypatch.setattr(decoded_batch, "decode_valid_batch", recorded)
+    client.post("/v1/events", json=make_event("known"))
+    extra = {
+        "timestamp": "2026-11-30T10:00:00.5+02:00",
+        "metadata": {"team": "search", "n": [1, 2.5, None]},
+        "candidates": [{"id": "c1", "score": 3}],
+        "gold_passage_ids": ["d1", "d1"],
+        "response_grade": 4,
+    }
+
+    def batch(prefix: str) -> list[dict[str, Any]]:
+        return [
+            make_event(f"{prefix}1", **extra),
+            make_event("known"),
+            make_event(
+                f"{prefix}2", n=3, k=2, environment="prod", timestamp="2026-11-30T09:00:00Z"
+            ),
+            make_event("known", query="changed"),
+            make_event(f"{prefix}1", **extra),
+        ]
+
+    decoded = client.post("/v1/events/batch", json={"events": batch("a")})
+    by_models = client.post(
+        "/v1/events/batch", json={"events": [*batch("b"), make_event("bad", k=99)]}
+    )
+    assert readings == [True, False]
+    assert decoded.status_code == by_models.status_code == 200
+
+    def results(answer: dict[str, Any]) -> list[tuple[str, str | None]]:
+        return [(r["status"], r["error"]) for r in answer["results"]]
+
+    assert results(decoded.json()) == results(by_models.json())[:5]
+    for number in (1, 2):
+        first = client.get(f"/v1/events/a{number}").json()
+        second = client.get(f"/v1/events/b{number}").json()
+        for view in (first, second):
+            view.pop("event_id")
+            view.pop("received_at", None)
+        assert first == second
 
 
 def test_batch_size_limit(client: TestClient, settings: Settings) -> None:
