@@ -65,10 +65,13 @@ class Ingestor:
             if event_id not in triage:
                 triage[event_id] = Triage.of(event_id, event, settings)
         initial = initial_states(triage)
+        hashes = {event_id: chosen.content_hashes for event_id, chosen in triage.items()}
         with session_scope(self.runtime.engine) as session:
             try:
                 started = time.perf_counter()
-                stored = event_store.insert_events(session, tenant, named, utcnow(), initial)
+                stored = event_store.insert_events(
+                    session, tenant, named, utcnow(), initial, hashes
+                )
                 session.commit()
                 self.backpressure.record_commit(time.perf_counter() - started)
             except Exception as exc:
@@ -84,7 +87,7 @@ class Ingestor:
                     )
                 session.rollback()
                 stored = event_store.insert_events_one_by_one(
-                    session, tenant, named, utcnow(), initial
+                    session, tenant, named, utcnow(), initial, hashes
                 )
 
         delta = Delta(tenant)

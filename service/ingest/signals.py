@@ -115,8 +115,10 @@ class NearDuplicateCount:
     carrying on from where ingest stopped: no passage is read twice.
     """
 
-    def __init__(self, texts: Sequence[str], threshold: float) -> None:
-        self._flags = near_duplicate_flags(texts, threshold)
+    def __init__(
+        self, texts: Sequence[str], threshold: float, hashes: Sequence[str] | None = None
+    ) -> None:
+        self._flags = near_duplicate_flags(texts, threshold, hashes)
         self.found = 0
         self.left = len(texts)
 
@@ -152,10 +154,14 @@ def _smallest_count_meeting(passages: int, bound: float) -> int:
     return needed
 
 
-def near_duplicate_flags(texts: Sequence[str], threshold: float) -> Iterator[bool]:
+def near_duplicate_flags(
+    texts: Sequence[str], threshold: float, hashes: Sequence[str] | None = None
+) -> Iterator[bool]:
     """For each passage in rank order, whether it nearly repeats a higher-ranked one.
 
     Lazy: a caller that stops early never builds the shingles of the passages after.
+    ``hashes``, when given, are the texts' content hashes (``text_hash``), made once by ingest
+    for the store too.
     """
     prefixes: list[tuple[int, ...]] = []
     sets: dict[int, frozenset[int]] = {}  # full shingle sets, built only for candidates
@@ -167,7 +173,7 @@ def near_duplicate_flags(texts: Sequence[str], threshold: float) -> Iterator[boo
 
     seen: set[int] = set()  # the prefixes of every passage ranked above the current one
     for i, text in enumerate(texts):
-        prefix = shingle_prefix(text, threshold)
+        prefix = shingle_prefix(text, threshold, hashes[i] if hashes is not None else None)
         prefixes.append(prefix)
         # A passage whose prefix meets no earlier prefix has no near-duplicate above it; only
         # the rest (near-duplicates, and the few passages that share a small shingle by chance)
@@ -204,7 +210,7 @@ PREFIX_CACHE: BoundedCache[tuple[int, ...]] = BoundedCache(
 )
 
 
-def shingle_prefix(text: str, threshold: float) -> tuple[int, ...]:
+def shingle_prefix(text: str, threshold: float, digest: str | None = None) -> tuple[int, ...]:
     """The text's smallest shingle hashes: any near-duplicate shares at least one of them.
 
     Two sets with Jaccard >= t share at least t * max(|A|, |B|) elements, so the first
@@ -212,9 +218,10 @@ def shingle_prefix(text: str, threshold: float) -> tuple[int, ...]:
     filtering, as in all-pairs similarity search). One more element than that keeps float
     rounding on the safe side. Cached by the text's content hash: retrievers return the same
     popular passages again and again, and a hit costs a hash and a lookup instead of building
-    ~150 shingles, while the cache never holds a text.
+    ~150 shingles, while the cache never holds a text. ``digest`` is ``text_hash(text)`` when
+    the caller has it already.
     """
-    key = composite_key(text_hash(text), repr(threshold))
+    key = composite_key(digest if digest is not None else text_hash(text), repr(threshold))
     known = PREFIX_CACHE.get(key)
     if known is not None:
         return known

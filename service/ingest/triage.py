@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from service.ingest.sampling import decide, keep_point
 from service.ingest.signals import NearDuplicateCount, Signals, compute_signals, looks_bad
+from service.kernel.hashing import text_hash
 from service.kernel.schemas import EventIn
 from service.kernel.settings import Settings
 from service.store import events as event_store
@@ -22,10 +23,13 @@ class Triage:
     keep_texts: bool  # stored in full; False: a narrow row (RM_KEEP_TEXTS=needed)
     signals: Signals
     duplicates: NearDuplicateCount  # read as far as ``urgent`` needed; finished after the answer
+    # Each passage's ``text_hash``, made once for the near-duplicate count and the store.
+    content_hashes: tuple[str, ...]
 
     @classmethod
     def of(cls, event_id: str, event: EventIn, settings: Settings) -> Triage:
         texts = [p.text for p in event.passages]
+        hashes = tuple(map(text_hash, texts))
         k = event.k or len(event.passages)
         # The near-duplicate count only feeds a histogram: it is made after the answer
         # (service/ingest/deferred.py). What decides here is whether it reaches looks_bad's
@@ -48,9 +52,9 @@ class Triage:
             settings.sample_rate,
             settings.sample_rates,
         )
+        compared = settings.signal_max_compared_passages
         duplicates = NearDuplicateCount(
-            texts[:k][: settings.signal_max_compared_passages],
-            settings.signal_duplicate_similarity,
+            texts[:k][:compared], settings.signal_duplicate_similarity, hashes[:k][:compared]
         )
         # The same decision as ``sample.judge and (is_gold or looks_bad(full signals))``.
         urgent = sample.judge and (
@@ -64,7 +68,7 @@ class Triage:
             or looks_bad(signals)
             or duplicates.reaches(signals.passages)
         )
-        return cls(sample.judge, sample.reason, urgent, keep_texts, signals, duplicates)
+        return cls(sample.judge, sample.reason, urgent, keep_texts, signals, duplicates, hashes)
 
 
 def initial_states(triage: dict[str, Triage]) -> dict[str, event_store.InitialState]:

@@ -128,10 +128,13 @@ def _event_row(tenant: str, event_id: str, event: EventIn, now: datetime) -> dic
     }
 
 
-def _new_passages(event_id: str, event: EventIn) -> list[NewPassage]:
+def _new_passages(
+    event_id: str, event: EventIn, hashes: Sequence[str] | None = None
+) -> list[NewPassage]:
+    if hashes is None:
+        hashes = [text_hash(passage.text) for passage in event.passages]
     rows = []
-    for rank, passage in enumerate(event.passages, start=1):
-        digest = text_hash(passage.text)
+    for rank, (passage, digest) in enumerate(zip(event.passages, hashes, strict=True), start=1):
         passage_id = passage_key(passage.id, digest)
         rows.append((event_id, rank, passage_id, passage.score, digest, passage.text))
     return rows
@@ -157,6 +160,7 @@ def insert_events(
     events: Sequence[tuple[str, EventIn]],
     now: datetime,
     initial: Mapping[str, InitialState] | None = None,
+    content_hashes: Mapping[str, Sequence[str]] | None = None,
 ) -> list[InsertResult]:
     """Store new events in one transaction; known ids come back as duplicate or conflict.
 
@@ -165,7 +169,8 @@ def insert_events(
     (``service/store/event_rows.py``), the stored hashes of the ids skipped when there are
     any, and on SQLite the passages in two statements (``service/store/passages.py``). An id
     repeated in ``events`` is stored once, as its first occurrence. ``initial`` gives an event's
-    status and priority at insert (by event id; pending and normal priority when absent).
+    status and priority at insert (by event id; pending and normal priority when absent);
+    ``content_hashes`` its passages' ``text_hash``, when the caller made them already.
 
     The caller commits.
     """
@@ -182,7 +187,8 @@ def insert_events(
         row = _new_row(tenant, event_id, event, now, digest, initial)
         rows.append(row)
         if row["texts_kept"]:
-            passages.extend(_new_passages(event_id, event))
+            hashes = content_hashes.get(event_id) if content_hashes else None
+            passages.extend(_new_passages(event_id, event, hashes))
     pks, passages_written = insert_new_events(session, tenant, rows, passages)
     # Ids that did not come back were stored before (or by a transaction that committed while
     # this one waited): their hashes tell a resend from a different event.
@@ -256,6 +262,7 @@ def insert_events_one_by_one(
     events: Sequence[tuple[str, EventIn]],
     now: datetime,
     initial: Mapping[str, InitialState] | None = None,
+    content_hashes: Mapping[str, Sequence[str]] | None = None,
 ) -> list[InsertResult]:
     """Slow path after a unique-key race or a refused value: each event in its own
     transaction, so one event the database refuses is that event's outcome alone."""
@@ -263,11 +270,11 @@ def insert_events_one_by_one(
     for item in events:
         try:
             try:
-                outcome = insert_events(session, tenant, [item], now, initial)
+                outcome = insert_events(session, tenant, [item], now, initial, content_hashes)
                 session.commit()
             except IntegrityError:
                 session.rollback()
-                outcome = insert_events(session, tenant, [item], now, initial)
+                outcome = insert_events(session, tenant, [item], now, initial, content_hashes)
                 session.commit()
         except Exception as exc:
             if not refused_by_store(exc):
