@@ -38,7 +38,8 @@ _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
 
 
 def _encoded(part: str) -> str:
-    if _UNRESERVED.fullmatch(part):
+    # Letters and digits alone (every hex digest) are told without the regex.
+    if (part.isalnum() and part.isascii()) or _UNRESERVED.fullmatch(part):
         return part
     return quote(part.encode("utf-8", "surrogatepass"), safe="")
 
@@ -48,7 +49,7 @@ def composite_key(*parts: str) -> str:
     if not parts:
         # With no part the key would be "", as with one empty part.
         raise ValueError("a composite key needs at least one part")
-    return SEPARATOR.join(_encoded(part) for part in parts)
+    return SEPARATOR.join(map(_encoded, parts))
 
 
 def composite_parts(key: str) -> tuple[str, ...]:
