@@ -18,7 +18,6 @@ import numpy as np
 
 _KEPT = b'[]{},"'
 _DROP = bytes(b for b in range(256) if b not in _KEPT)
-_NOT_STRUCTURAL = bytes(b for b in range(256) if b not in b"[]{},")
 _STEP = np.zeros(256, dtype=np.int8)  # what each structural character does to the depth
 _STEP[list(b"[{")] = 1
 _STEP[list(b"]}")] = -1
@@ -42,16 +41,19 @@ class JsonShape:
 
 def json_shape(body: bytes, max_items: int, max_depth: int) -> JsonShape:
     """The items and nesting depth of ``body``, exact where it matters for the limits given."""
-    structural = body.translate(None, _NOT_STRUCTURAL)  # one pass, usually a short copy
-    opened = structural.count(b"[") + structural.count(b"{")
-    items = opened + structural.count(b",")
+    # One pass over the bytes, usually a short copy: the structural characters and the quotes,
+    # which the exact count below needs too (a batch of events is past the depth bound).
+    kept = body.translate(None, _DROP)
+    opened = kept.count(b"[") + kept.count(b"{")
+    items = opened + kept.count(b",")
     if items <= max_items and opened <= max_depth:
         return JsonShape(items=items, depth=opened)  # the common case: no string is looked at
     if b"\\" in body:
         # Escaped backslashes first, so that what is left of a run escapes the next character;
         # then no string holds a quote but its two ends.
         body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
-    return _exact(body.translate(None, _DROP))
+        kept = body.translate(None, _DROP)
+    return _exact(kept)
 
 
 def _exact(kept: bytes) -> JsonShape:
