@@ -32,7 +32,7 @@ from service.store.models import (
     Score,
 )
 from service.store.partitions import EVENT_KEYS
-from service.store.passages import PassageRow, StoredPassage, read_passages, store_passages
+from service.store.passages import StoredPassage, read_passages, store_passages
 
 
 def payload_hash(event: EventIn) -> str:
@@ -201,7 +201,7 @@ def insert_events(
         store_passages(
             session,
             tenant,
-            [PassageRow(pks[p[0]], *p[1:]) for p in passages if p[0] in pks],
+            [(pks[p[0]], *p[1:]) for p in passages if p[0] in pks],
         )
     results: list[InsertResult] = []
     counted: set[str] = set()

@@ -31,7 +31,7 @@ from service.store.passage_body import RecentForms, decode_body
 
 @dataclass(frozen=True)
 class PassageRow:
-    """One ranked passage of one event as ingest writes it."""
+    """One ranked passage of one event."""
 
     event_pk: int
     rank: int
@@ -115,7 +115,12 @@ def postgres_passage_parameters(
     ]
 
 
-def store_passages(session: Session, tenant: str, rows: Sequence[PassageRow]) -> None:
+# (event key, rank, passage id, score, content hash, text): a passage of a stored event to write;
+# a plain tuple, as the driver takes it, not an object per passage.
+KeyedPassage = tuple[int, int, str, float | None, str, str]
+
+
+def store_passages(session: Session, tenant: str, rows: Sequence[KeyedPassage]) -> None:
     """Write new events' passages on SQLite, inside the session's transaction: the texts not yet
     stored for the tenant, then every reference (PostgreSQL writes them in the events' own
     statement: ``POSTGRES_PASSAGES_WITH``).
@@ -128,10 +133,8 @@ def store_passages(session: Session, tenant: str, rows: Sequence[PassageRow]) ->
     """
     if not rows:
         return
-    texts = stored_forms((row.content_hash, row.text) for row in rows)
-    references = [
-        (row.event_pk, row.rank, row.passage_id, row.score, row.content_hash) for row in rows
-    ]
+    texts = stored_forms((row[4], row[5]) for row in rows)
+    references = [row[:5] for row in rows]
     connection = session.connection()
     driver: Any = connection.connection.driver_connection
     with driver_errors(connection, _TEXTS_INSERT_SQLITE):
