@@ -18,6 +18,7 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
 
 from service.http.state import app_state
 from service.kernel.event_decoder import decode_valid_batch
@@ -27,7 +28,11 @@ class DecodedBatchRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             body = await self.body()
-            events = decode_valid_batch(body, app_state(self).runtime.settings)
+            # A batch's models take a few milliseconds to build: on a thread of the pool, so
+            # the event loop goes on serving other requests meanwhile.
+            events = await run_in_threadpool(
+                decode_valid_batch, body, app_state(self).runtime.settings
+            )
             if events is None:
                 return await super().json()
             self._json = {"events": events}
