@@ -191,7 +191,7 @@ def test_a_batch_read_from_its_bytes_answers_and_stores_as_the_models_reading_do
 
     monkeypatch.setattr(decoded_batch, "decode_valid_batch", recorded)
     client.post("/v1/events", json=make_event("known"))
-    extra = {
+    extra: dict[str, Any] = {
         "timestamp": "2026-11-30T10:00:00.5+02:00",
         "metadata": {"team": "search", "n": [1, 2.5, None]},
         "candidates": [{"id": "c1", "score": 3}],
