@@ -79,11 +79,15 @@ def test_ingest_profile_has_every_stage(tmp_path: Path) -> None:
         for path in ("single", "batch x100")
         for measure in ("cpu", "wall")
     }
-    for column in columns.values():
+    for name, column in columns.items():
         assert set(column) == set(profile_ingest.STAGES)
-        # The real functions ran: parsing, storing and committing took time on every path.
-        for stage in ("parse (json.loads)", "event insert", "passage insert", "commit"):
+        # The real functions ran: parsing, storing and committing took time on every path; a
+        # batch is read by the compiled decoder, a single event by json.loads.
+        parse = "decode + build (msgspec, batch)" if "batch" in name else "parse (json.loads)"
+        for stage in (parse, "event insert", "passage insert", "commit"):
             assert column[stage] > 0, stage
+        if "batch" in name:  # every batch decoded: none was handed back to the models
+            assert column["parse (json.loads)"] == 0
     table = profile_ingest.table(columns, "cpu")
     assert table.count("\n") == len(profile_ingest.STAGES) + 2
 
