@@ -23,14 +23,17 @@ class Triage:
     keep_texts: bool  # stored in full; False: a narrow row (RM_KEEP_TEXTS=needed)
     signals: Signals
     duplicates: NearDuplicateCount  # read as far as ``urgent`` needed; finished after the answer
-    # Each passage's ``text_hash``, made once for the near-duplicate count and the store.
+    # The ``text_hash`` of each passage the near-duplicate count compares (the first
+    # min(k, RM_SIGNAL_MAX_COMPARED_PASSAGES)), made once for the count and the store; the store
+    # hashes the rest only when it keeps the texts, so a narrow row pays for no more.
     content_hashes: tuple[str, ...]
 
     @classmethod
     def of(cls, event_id: str, event: EventIn, settings: Settings) -> Triage:
         texts = [p.text for p in event.passages]
-        hashes = tuple(map(text_hash, texts))
         k = event.k or len(event.passages)
+        compared = texts[:k][: settings.signal_max_compared_passages]
+        hashes = tuple(map(text_hash, compared))
         # The near-duplicate count only feeds a histogram: it is made after the answer
         # (service/ingest/deferred.py). What decides here is whether it reaches looks_bad's
         # bound, asked only when the answer depends on it and stopped once it is known.
@@ -52,10 +55,7 @@ class Triage:
             settings.sample_rate,
             settings.sample_rates,
         )
-        compared = settings.signal_max_compared_passages
-        duplicates = NearDuplicateCount(
-            texts[:k][:compared], settings.signal_duplicate_similarity, hashes[:k][:compared]
-        )
+        duplicates = NearDuplicateCount(compared, settings.signal_duplicate_similarity, hashes)
         # The same decision as ``sample.judge and (is_gold or looks_bad(full signals))``.
         urgent = sample.judge and (
             is_gold or looks_bad(signals) or duplicates.reaches(signals.passages)

@@ -128,11 +128,10 @@ def _event_row(tenant: str, event_id: str, event: EventIn, now: datetime) -> dic
     }
 
 
-def _new_passages(
-    event_id: str, event: EventIn, hashes: Sequence[str] | None = None
-) -> list[NewPassage]:
-    if hashes is None:
-        hashes = [text_hash(passage.text) for passage in event.passages]
+def _new_passages(event_id: str, event: EventIn, hashes: Sequence[str] = ()) -> list[NewPassage]:
+    # ``hashes``: the content hashes of the first passages, made by the caller already; the
+    # rest are made here.
+    hashes = [*hashes, *(text_hash(p.text) for p in event.passages[len(hashes) :])]
     rows = []
     for rank, (passage, digest) in enumerate(zip(event.passages, hashes, strict=True), start=1):
         passage_id = passage_key(passage.id, digest)
@@ -170,7 +169,8 @@ def insert_events(
     any, and on SQLite the passages in two statements (``service/store/passages.py``). An id
     repeated in ``events`` is stored once, as its first occurrence. ``initial`` gives an event's
     status and priority at insert (by event id; pending and normal priority when absent);
-    ``content_hashes`` its passages' ``text_hash``, when the caller made them already.
+    ``content_hashes`` the ``text_hash`` of its first passages (any number of them, all of them
+    or none), when the caller made them already.
 
     The caller commits.
     """
@@ -187,7 +187,7 @@ def insert_events(
         row = _new_row(tenant, event_id, event, now, digest, initial)
         rows.append(row)
         if row["texts_kept"]:
-            hashes = content_hashes.get(event_id) if content_hashes else None
+            hashes = content_hashes.get(event_id, ()) if content_hashes else ()
             passages.extend(_new_passages(event_id, event, hashes))
     pks, passages_written = insert_new_events(session, tenant, rows, passages)
     # Ids that did not come back were stored before (or by a transaction that committed while

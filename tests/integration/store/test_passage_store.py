@@ -268,3 +268,31 @@ def test_a_text_is_stored_compressed_when_that_is_shorter_and_reads_back_identic
         (loaded,) = load_many_for_judging(session, [pks["a"]])
     assert [p.text for p in loaded.passages] == texts[: len(loaded.passages)]
     engine.dispose()
+
+
+def test_the_hashes_a_caller_made_for_some_passages_store_what_the_store_makes_itself(
+    store_url: str,
+) -> None:
+    # Triage hashes only the passages the near-duplicate count compares; the store hashes the
+    # rest. Each of none, some and all given must store the same references, hashes and texts.
+    engine = make_engine(store_url)
+    texts = [CORPUS[3], CORPUS[1], CORPUS[3], CORPUS[5]]
+    stored = []
+    for given in range(len(texts) + 1):
+        event_id = f"prefix-{given}"
+        with session_scope(engine) as session:
+            (result,) = insert_events(
+                session,
+                "t1",
+                [(event_id, _event(event_id, texts, with_ids=False))],
+                utcnow(),
+                content_hashes={event_id: [text_hash(t) for t in texts[:given]]},
+            )
+            session.commit()
+        assert result.pk is not None
+        with session_scope(engine) as session:
+            (loaded,) = load_many_for_judging(session, [result.pk])
+        stored.append([(p.rank, p.text, p.content_hash) for p in loaded.passages])
+    assert stored[0] == [(rank, t, text_hash(t)) for rank, t in enumerate(texts, start=1)]
+    assert all(rows == stored[0] for rows in stored)
+    engine.dispose()

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from service.ingest.sampling import decide
 from service.ingest.signals import compute_signals, count_near_duplicates, looks_bad, repeats_enough
 from service.ingest.triage import Triage
+from service.kernel.hashing import text_hash
 from service.kernel.schemas import EventIn
 from service.kernel.settings import Settings
 from tests.support.near_duplicates import near_duplicate_passages, reference_near_duplicates
@@ -81,3 +82,24 @@ def test_a_repetitive_list_is_urgent_and_a_varied_one_is_not() -> None:
             }
         )
         assert Triage.of("e", event, SETTINGS).urgent is urgent
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 8), st.integers(2, 8))
+def test_triage_hashes_only_the_passages_the_near_duplicate_count_compares(
+    passages: int, k: int, compared: int
+) -> None:
+    # The store hashes the rest when it keeps the texts; a narrow row pays for no more.
+    texts = [f"passage number {i} about something" for i in range(passages)]
+    event = EventIn.model_validate(
+        {
+            "app": "a",
+            "retriever": "r",
+            "query": "q",
+            "passages": [{"text": t} for t in texts],
+            "k": min(k, passages),
+        }
+    )
+    limited = SETTINGS.model_copy(update={"signal_max_compared_passages": compared})
+    triage = Triage.of("e1", event, limited)
+    assert triage.content_hashes == tuple(text_hash(t) for t in texts[: min(k, passages, compared)])
