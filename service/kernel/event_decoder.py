@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from operator import attrgetter
 from typing import Annotated, Any, TypeVar
 
 import msgspec
@@ -46,7 +47,11 @@ _Environment = Annotated[str, msgspec.Meta(max_length=MAX_LABEL_COLUMN_CHARS)]
 _EVENT_ID = re.compile(r"[A-Za-z0-9._:\-]+")
 _DATETIME = TypeAdapter(datetime)
 _INT64 = 2**63
-_NUL_ESCAPE = b"\\u0000"
+# What no store can keep in a text: msgspec refuses every lone surrogate (escaped or as raw
+# bytes) and every raw control character, which leaves the NUL, sent as ``\u0000``. Each decoded
+# string is looked at for it (a memchr over a text already in memory); a search for the escape
+# over the body's bytes cost more than the whole decode.
+_NUL = "\x00"
 _Model = TypeVar("_Model", bound=BaseModel)
 _set = object.__setattr__  # a model refuses attributes set the usual way
 
@@ -86,6 +91,14 @@ class _Batch(msgspec.Struct, forbid_unknown_fields=True):
     events: list[_Event]
 
 
+# The event's own text fields; the passages', candidates' and gold ids' are looked at where
+# they are read, the metadata's by ``check_body``. A test sends a NUL in every string the
+# structs hold, so a text field added here without its look makes it fail.
+_event_texts = attrgetter(
+    "event_id", "app", "retriever", "query", "timestamp", "environment", "response"
+)
+
+
 # Every field the models have, by name: the structs read exactly these (a test holds it).
 STRUCT_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {
     BatchIn: _Batch.__struct_fields__,
@@ -104,11 +117,6 @@ class _ForTheModelsError(Exception):
 def decode_valid_batch(body: bytes, settings: Settings) -> DecodedEvents | None:
     """Every event of a ``{"events": [...]}`` body, built as the models build them, or None
     when the body is not a batch of valid events within the count limits of ``settings``."""
-    # What no store can keep in a text: msgspec refuses every lone surrogate (escaped or as
-    # bytes) and every raw control character, so a NUL can only come as this escape. Then no
-    # string of the body needs a look of its own.
-    if _NUL_ESCAPE in body:
-        return None
     try:
         batch = _DECODER.decode(body)
     except (msgspec.DecodeError, RecursionError):
@@ -152,14 +160,16 @@ def _event(raw: _Event, settings: Settings) -> EventIn:
         raise _ForTheModelsError
     if not raw.query.strip():
         raise _ForTheModelsError
+    if any(value is not None and _NUL in value for value in _event_texts(raw)):
+        raise _ForTheModelsError
     built: list[PassageIn] = []
     ids: set[str] = set()
     for passage in passages:
         text = passage.text
-        if not text or text.isspace():
+        if not text or text.isspace() or _NUL in text:
             raise _ForTheModelsError
         if passage.id is not None:
-            if passage.id in ids:
+            if passage.id in ids or _NUL in passage.id:
                 raise _ForTheModelsError
             ids.add(passage.id)
         built.append(
@@ -169,12 +179,14 @@ def _event(raw: _Event, settings: Settings) -> EventIn:
     if raw.candidates is not None:
         if len(raw.candidates) > settings.max_candidates:
             raise _ForTheModelsError
+        if any(_NUL in c.id for c in raw.candidates):
+            raise _ForTheModelsError
         candidates = [
             _built(CandidateIn, {"id": c.id, "score": _score(c.score)}) for c in raw.candidates
         ]
     gold = raw.gold_passage_ids
     if gold is not None:
-        if not gold or len(gold) > settings.max_gold_ids:
+        if not gold or len(gold) > settings.max_gold_ids or any(_NUL in g for g in gold):
             raise _ForTheModelsError
         gold = list(dict.fromkeys(gold))
     timestamp = None

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from service.kernel.count_limits import counting
 from service.kernel.event_decoder import STRUCT_FIELDS, decode_valid_batch
-from service.kernel.schemas import BatchIn, DecodedEvents, EventIn
+from service.kernel.schemas import BatchIn, CandidateIn, DecodedEvents, EventIn, PassageIn
 from service.kernel.settings import Settings
 from service.store.events import payload_hash
 from tests.support.hostile_values import BUDGET, PLAIN, events
@@ -217,3 +217,71 @@ def test_more_events_than_the_batch_limit_are_handed_back() -> None:
 @pytest.mark.parametrize("model", list(STRUCT_FIELDS), ids=lambda model: model.__name__)
 def test_the_structs_read_every_field_of_the_models(model: type[BaseModel]) -> None:
     assert set(STRUCT_FIELDS[model]) == set(model.model_fields)
+
+
+# An event with every field of every model, each string field given: the strings a body can
+# carry, which the NUL test below enumerates.
+EVERY_FIELD = plain_event(
+    1,
+    passages=[{"id": "d1", "text": "one", "score": 1.0}, {"id": "d2", "text": "two"}],
+    timestamp="2026-11-30T10:00:00+00:00",
+    environment="prod",
+    k=2,
+    candidates=[{"id": "c1", "score": 0.5}],
+    gold_passage_ids=["d1"],
+    response="an answer",
+    response_grade=4,
+    answer_correct=True,
+    metadata={"user": "u1", "tags": ["a", {"nested": "b"}]},
+)
+
+
+def _string_paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], bool]]:
+    """Where ``value`` holds a string: (path, whether it is an object's key) for each."""
+    found: list[tuple[tuple[Any, ...], bool]] = []
+    if isinstance(value, str):
+        found.append((path, False))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found.append(((*path, key), True))
+            found.extend(_string_paths(item, (*path, key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found.extend(_string_paths(item, (*path, index)))
+    return found
+
+
+def _with_nul(event: dict[str, Any], path: tuple[Any, ...], key: bool) -> dict[str, Any]:
+    copy: dict[str, Any] = json.loads(json.dumps(event))
+    holder: Any = copy
+    *parents, last = path
+    for step in parents:
+        holder = holder[step]
+    if key:
+        holder[f"{last}\x00"] = holder.pop(last)
+    else:
+        holder[last] = f"{holder[last][:1]}\x00{holder[last][1:]}"
+    return copy
+
+
+def test_every_field_of_every_model_is_in_the_full_event() -> None:
+    # So a field added to the contract is added there too, and its strings get the NUL below.
+    passages, candidates = EVERY_FIELD["passages"], EVERY_FIELD["candidates"]
+    assert set(EVERY_FIELD) == set(EventIn.model_fields)
+    assert set().union(*passages) == set(PassageIn.model_fields)
+    assert set().union(*candidates) == set(CandidateIn.model_fields)
+    assert decode_valid_batch(json.dumps({"events": [EVERY_FIELD]}).encode(), LIMITS) is not None
+
+
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [item for item in _string_paths(EVERY_FIELD) if item[0][0] in EventIn.model_fields],
+    ids=lambda item: "/".join(map(str, item)) if isinstance(item, tuple) else str(item),
+)
+def test_a_nul_in_any_string_of_an_event_hands_the_batch_back(
+    path: tuple[Any, ...], key: bool
+) -> None:
+    # Field names themselves are the contract's; a NUL there is an unknown field, refused too.
+    body = json.dumps({"events": [plain_event(0), _with_nul(EVERY_FIELD, path, key)]}).encode()
+    assert by_the_models(body) is None
+    assert decode_valid_batch(body, LIMITS) is None
