@@ -25,6 +25,14 @@ from typing import Any
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session
 
+from service.store.binary_arrays import (
+    BOOL_OID,
+    INT8_OID,
+    TEXT_OID,
+    TIMESTAMPTZ_OID,
+    encoded_array,
+    utf8_client,
+)
 from service.store.driver import driver_errors
 from service.store.models import Event, table
 from service.store.partitions import DAY_SHIFT, KEY_MASK, day_number
@@ -133,11 +141,26 @@ def _postgres_statement_with_passages(dialect: Dialect) -> str:
     )
 
 
-def _postgres_values(dialect: Dialect, rows: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
-    """One list per column. JSON values are written as SQLAlchemy writes them (json.dumps; a
-    Python None is the JSON null, not SQL NULL, as the columns do not set none_as_null)."""
+# The element type each column's array is encoded with (``binary_arrays``); the statement
+# casts it to the column's own type, as it cast the arrays psycopg made.
+_ELEMENT_OIDS = {
+    "VARCHAR": TEXT_OID,
+    "TEXT": TEXT_OID,
+    "INTEGER": INT8_OID,
+    "BOOLEAN": BOOL_OID,
+    "TIMESTAMP WITH TIME ZONE": TIMESTAMPTZ_OID,
+    "JSON": TEXT_OID,
+}
+
+
+def _postgres_values(
+    dialect: Dialect, rows: Sequence[Mapping[str, Any]], encode: bool = True
+) -> list[Any]:
+    """One array per column. JSON values are written as SQLAlchemy writes them (json.dumps; a
+    Python None is the JSON null, not SQL NULL, as the columns do not set none_as_null).
+    ``encode``: each array already in the binary form (``binary_arrays``), else as a list."""
     processors = dict(_processors(dialect))
-    arrays: list[list[Any]] = []
+    arrays: list[Any] = []
     for position, (name, kind) in enumerate(zip(COLUMNS, _postgres_columns(dialect), strict=True)):
         values = [row[name] for row in rows]
         if kind == "JSON":
@@ -145,7 +168,7 @@ def _postgres_values(dialect: Dialect, rows: Sequence[Mapping[str, Any]]) -> lis
         elif position in processors:
             convert = processors[position]
             values = [convert(value) for value in values]
-        arrays.append(values)
+        arrays.append(encoded_array(values, _ELEMENT_OIDS[kind]) if encode else values)
     return arrays
 
 
@@ -184,10 +207,11 @@ def insert_new_events(
     if dialect.name == "postgresql":
         statement = _postgres_statement_with_passages(dialect)
         day = day_number(rows[0]["received_at"])
+        encode = utf8_client(driver)
         parameters = [
-            *_postgres_values(dialect, rows),
+            *_postgres_values(dialect, rows, encode),
             day,
-            *postgres_passage_parameters(tenant, day, passages),
+            *postgres_passage_parameters(tenant, day, passages, encode),
         ]
         with driver_errors(connection, statement), driver.cursor() as cursor:
             cursor.execute(statement, parameters)

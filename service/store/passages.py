@@ -24,6 +24,13 @@ from sqlalchemy import bindparam
 from sqlalchemy import text as sql_text
 from sqlmodel import Session
 
+from service.store.binary_arrays import (
+    BYTEA_OID,
+    FLOAT8_OID,
+    INT8_OID,
+    TEXT_OID,
+    encoded_array,
+)
 from service.store.driver import driver_errors
 from service.store.partitions import DAY_SHIFT
 from service.store.passage_body import RecentForms, decode_body
@@ -97,22 +104,29 @@ new_texts AS (
 
 
 def postgres_passage_parameters(
-    tenant: str, day: int, passages: Sequence[tuple[str, int, str, float | None, str, str]]
+    tenant: str,
+    day: int,
+    passages: Sequence[tuple[str, int, str, float | None, str, str]],
+    encode: bool = True,
 ) -> list[object]:
     """The parameters of ``POSTGRES_PASSAGES_WITH`` for (event id, rank, passage id, score,
-    hash, text) rows of events stored on ``day``."""
+    hash, text) rows of events stored on ``day``; ``encode``: the arrays already in binary
+    (``binary_arrays``), else as lists."""
     texts = stored_forms((row[4], row[5]) for row in passages)
-    return [
-        [row[0] for row in passages],
-        [row[1] for row in passages],
-        [row[2] for row in passages],
-        [row[3] for row in passages],
-        [row[4] for row in passages],
-        tenant,
-        day,
-        list(texts),
-        list(texts.values()),
+    columns: list[tuple[list[Any], int]] = [
+        ([row[0] for row in passages], TEXT_OID),
+        ([row[1] for row in passages], INT8_OID),
+        ([row[2] for row in passages], TEXT_OID),
+        ([row[3] for row in passages], FLOAT8_OID),
+        ([row[4] for row in passages], TEXT_OID),
     ]
+    texts_columns: list[tuple[list[Any], int]] = [
+        (list(texts), TEXT_OID),
+        (list(texts.values()), BYTEA_OID),
+    ]
+    arrays = [encoded_array(*column) if encode else column[0] for column in columns]
+    stored = [encoded_array(*column) if encode else column[0] for column in texts_columns]
+    return [*arrays, tenant, day, *stored]
 
 
 # (event key, rank, passage id, score, content hash, text): a passage of a stored event to write;

@@ -17,11 +17,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given
 from hypothesis import settings as hypothesis_settings
 from pydantic import ValidationError
-from sqlalchemy import Engine
+from sqlalchemy import Engine, make_url
 from sqlalchemy import text as sql_text
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
 from service.kernel.schemas import EventIn
+from service.store.binary_arrays import utf8_client
 from service.store.engine import make_engine, session_scope
 from service.store.event_rows import COLUMNS, insert_new_events
 from service.store.events import InitialState, _new_row, payload_hash
@@ -149,3 +150,27 @@ def test_a_driver_error_is_raised_as_sqlalchemy_raises_it(store_url: str) -> Non
     expected = ProgrammingError if store_url.startswith("postgresql") else OperationalError
     assert isinstance(raised.value, expected)
     assert "events" in str(raised.value.orig)
+
+
+def test_a_connection_not_speaking_utf8_sends_the_lists_psycopg_dumps(postgres_url: str) -> None:
+    # The arrays are encoded ahead only for a UTF-8 client; a database URL may set another
+    # client encoding, and then psycopg encodes the texts as that connection speaks.
+    url = make_url(postgres_url).update_query_dict({"options": "-c client_encoding=LATIN1"})
+    engine = make_engine(url.render_as_string(hide_password=False))
+    try:
+        with engine.connect() as connection:
+            driver: Any = connection.connection.driver_connection
+            assert not utf8_client(driver)
+        for body, state in (EDGE_CASES[0], EDGE_CASES[2]):
+            _written_both_ways(engine, EventIn.model_validate(body), state)
+        latin = make_event("latin", query="où est-ce ?", response="déjà")
+        _written_both_ways(engine, EventIn.model_validate(latin), None)
+    finally:
+        engine.dispose()
+    engine = make_engine(postgres_url)
+    try:
+        with engine.connect() as connection:
+            driver = connection.connection.driver_connection
+            assert utf8_client(driver)
+    finally:
+        engine.dispose()
