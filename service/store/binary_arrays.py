@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.adapt import Buffer, Dumper
+from psycopg.adapt import Buffer, Dumper, PyFormat
 from psycopg.pq import Format
 
 _ARRAY_HEAD = struct.Struct(">iiIii")  # dimensions, has NULL, element oid, length, lower bound
@@ -46,9 +46,18 @@ FLOAT8_OID = 701
 TIMESTAMPTZ_OID = 1184
 
 
-def utf8_client(connection: psycopg.Connection[Any]) -> bool:
-    """Whether the connection's texts travel as UTF-8, as ``encoded_array`` writes them."""
-    return connection.info.encoding == "utf-8"
+def arrays_usable(connection: psycopg.Connection[Any]) -> bool:
+    """Whether arrays from ``encoded_array`` can be sent on ``connection``: its texts travel as
+    UTF-8, as they are encoded here. Their dumpers are registered on the connection itself the
+    first time, so they are there however the connection was made (without them psycopg would
+    take an encoded array for ``bytea``, by its base class)."""
+    if connection.info.encoding != "utf-8":
+        return False
+    adapters = connection.adapters
+    if adapters.get_dumper(_PROBE, PyFormat.BINARY) is not _DUMPERS[_PROBE]:
+        for encoded, dumper in _DUMPERS.items():
+            adapters.register_dumper(encoded, dumper)
+    return True
 
 
 class _NotTheTypeError(Exception):
@@ -103,17 +112,22 @@ class EncodedArray(bytes):
     OID = 0
 
 
+class _AsIs(Dumper):
+    """Hands an encoded array to the server as it is, under its array type's oid."""
+
+    format = Format.BINARY
+
+    def dump(self, obj: Any) -> Buffer:
+        return obj  # type: ignore[no-any-return]
+
+
+# Each encoded class's dumper, registered on a connection by ``arrays_usable``.
+_DUMPERS: dict[type[EncodedArray], type[Dumper]] = {}
+
+
 def _array_type(name: str, oid: int) -> type[EncodedArray]:
     encoded = type(name, (EncodedArray,), {"OID": oid, "__slots__": ()})
-
-    class _AsIs(Dumper):
-        format = Format.BINARY
-
-        def dump(self, obj: Any) -> Buffer:
-            return obj  # type: ignore[no-any-return]
-
-    _AsIs.oid = oid
-    psycopg.adapters.register_dumper(encoded, _AsIs)
+    _DUMPERS[encoded] = type(f"{name}Dumper", (_AsIs,), {"oid": oid})
     return encoded
 
 
@@ -129,6 +143,7 @@ _ARRAY_TYPES = {
         (TIMESTAMPTZ_OID, 1185),
     )
 }
+_PROBE = _ARRAY_TYPES[TEXT_OID]
 _ELEMENTS: dict[int, Callable[[object], bytes]] = {
     BOOL_OID: _bool,
     BYTEA_OID: _bytes,
@@ -142,7 +157,7 @@ _ELEMENTS: dict[int, Callable[[object], bytes]] = {
 def encoded_array(values: Sequence[object], element_oid: int) -> EncodedArray | list[object]:
     """``values`` as an array of ``element_oid`` in binary, or as a plain list when one of them
     is not of the element's type (psycopg then dumps it as it always did). Texts are encoded as
-    UTF-8: only for a connection whose client encoding is UTF-8 (``utf8_client``)."""
+    UTF-8: only for a connection whose client encoding is UTF-8 (``arrays_usable``)."""
     element = _ELEMENTS[element_oid]
     array_type = _ARRAY_TYPES[element_oid]
     if not values:

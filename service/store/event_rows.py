@@ -30,8 +30,8 @@ from service.store.binary_arrays import (
     INT8_OID,
     TEXT_OID,
     TIMESTAMPTZ_OID,
+    arrays_usable,
     encoded_array,
-    utf8_client,
 )
 from service.store.driver import driver_errors
 from service.store.models import Event, table
@@ -207,7 +207,7 @@ def insert_new_events(
     if dialect.name == "postgresql":
         statement = _postgres_statement_with_passages(dialect)
         day = day_number(rows[0]["received_at"])
-        encode = utf8_client(driver)
+        encode = arrays_usable(driver)
         parameters = [
             *_postgres_values(dialect, rows, encode),
             day,

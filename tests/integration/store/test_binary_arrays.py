@@ -23,6 +23,7 @@ from service.store.binary_arrays import (
     TEXT_OID,
     TIMESTAMPTZ_OID,
     EncodedArray,
+    arrays_usable,
     encoded_array,
 )
 
@@ -55,6 +56,7 @@ def connection(postgres_server_url: str) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(
         host=url.host, port=url.port, user=url.username, dbname=url.database, autocommit=True
     ) as conn:
+        assert arrays_usable(conn)  # which registers the encoded arrays' dumpers
         yield conn
 
 
@@ -123,3 +125,17 @@ def test_a_list_the_encoder_does_not_take_is_handed_back_as_it_is(
     handed_back = encoded_array(values, oid)
     assert not isinstance(handed_back, EncodedArray)
     assert handed_back == values
+
+
+def test_a_connection_gets_the_dumpers_however_it_was_made(postgres_server_url: str) -> None:
+    # Without them psycopg would send an encoded array as bytea, by its base class.
+    url = make_url(postgres_server_url)
+    with psycopg.connect(
+        host=url.host, port=url.port, user=url.username, dbname=url.database
+    ) as conn:
+        encoded = encoded_array(["a"], TEXT_OID)
+        with pytest.raises(psycopg.errors.CannotCoerce):
+            conn.execute("SELECT %b::varchar[]", [encoded])
+        conn.rollback()
+        assert arrays_usable(conn)
+        assert conn.execute("SELECT %b::varchar[]", [encoded]).fetchone() == (["a"],)

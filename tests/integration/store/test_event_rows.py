@@ -22,7 +22,7 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
 from service.kernel.schemas import EventIn
-from service.store.binary_arrays import utf8_client
+from service.store.binary_arrays import arrays_usable
 from service.store.engine import make_engine, session_scope
 from service.store.event_rows import COLUMNS, insert_new_events
 from service.store.events import InitialState, _new_row, payload_hash
@@ -160,7 +160,7 @@ def test_a_connection_not_speaking_utf8_sends_the_lists_psycopg_dumps(postgres_u
     try:
         with engine.connect() as connection:
             driver: Any = connection.connection.driver_connection
-            assert not utf8_client(driver)
+            assert not arrays_usable(driver)
         for body, state in (EDGE_CASES[0], EDGE_CASES[2]):
             _written_both_ways(engine, EventIn.model_validate(body), state)
         latin = make_event("latin", query="où est-ce ?", response="déjà")
@@ -171,6 +171,6 @@ def test_a_connection_not_speaking_utf8_sends_the_lists_psycopg_dumps(postgres_u
     try:
         with engine.connect() as connection:
             driver = connection.connection.driver_connection
-            assert utf8_client(driver)
+            assert arrays_usable(driver)
     finally:
         engine.dispose()
