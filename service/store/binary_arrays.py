@@ -121,18 +121,15 @@ class _AsIs(Dumper):
         return obj  # type: ignore[no-any-return]
 
 
-# Each encoded class's dumper, registered on a connection by ``arrays_usable``.
-_DUMPERS: dict[type[EncodedArray], type[Dumper]] = {}
-
-
-def _array_type(name: str, oid: int) -> type[EncodedArray]:
+def _array_type(name: str, oid: int) -> tuple[type[EncodedArray], type[Dumper]]:
+    """The encoded class of an array type, and its dumper."""
     encoded = type(name, (EncodedArray,), {"OID": oid, "__slots__": ()})
-    _DUMPERS[encoded] = type(f"{name}Dumper", (_AsIs,), {"oid": oid})
-    return encoded
+    return encoded, type(f"{name}Dumper", (_AsIs,), {"oid": oid})
 
 
-_ARRAY_TYPES = {
-    # element oid: (array type's oid, its encoded class)
+# By element oid: the encoded class of its array type and that class's dumper. Fixed here, at
+# import: six entries.
+_TYPES = {
     oid: _array_type(f"EncodedArray{oid}", array_oid)
     for oid, array_oid in (
         (BOOL_OID, 1000),
@@ -143,6 +140,9 @@ _ARRAY_TYPES = {
         (TIMESTAMPTZ_OID, 1185),
     )
 }
+_ARRAY_TYPES = {oid: encoded for oid, (encoded, _) in _TYPES.items()}
+# Each encoded class's dumper, registered on a connection by ``arrays_usable``.
+_DUMPERS = dict(_TYPES.values())
 _PROBE = _ARRAY_TYPES[TEXT_OID]
 _ELEMENTS: dict[int, Callable[[object], bytes]] = {
     BOOL_OID: _bool,
