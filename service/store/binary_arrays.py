@@ -10,8 +10,9 @@ The encoding is PostgreSQL's own (``array_send``): the number of dimensions, whe
 is NULL, the element type's oid, the length and lower bound, then each element as its length
 (-1 for NULL) and its binary form. A list holding anything but the element type expected (or
 None) is left as a list, for psycopg to dump as before: nothing a client sends is encoded here
-that psycopg would have sent differently (``tests/unit/store/test_binary_arrays.py`` holds the
-bytes equal to psycopg's own, and the column-by-column test of ``event_rows`` the stored rows).
+that the server would read differently from psycopg's own array
+(``tests/integration/store/test_binary_arrays.py`` reads both forms back through the server, and
+the column-by-column test of ``event_rows`` compares the stored rows).
 """
 
 from __future__ import annotations
@@ -106,10 +107,10 @@ def _timestamptz(value: object) -> bytes:
 
 
 class EncodedArray(bytes):
-    """An array already in PostgreSQL's binary format; ``OID`` is the array type's."""
+    """An array already in PostgreSQL's binary format; each array type has a subclass, whose
+    dumper sends it under that type's oid."""
 
     __slots__ = ()
-    OID = 0
 
 
 class _AsIs(Dumper):
@@ -123,7 +124,7 @@ class _AsIs(Dumper):
 
 def _array_type(name: str, oid: int) -> tuple[type[EncodedArray], type[Dumper]]:
     """The encoded class of an array type, and its dumper."""
-    encoded = type(name, (EncodedArray,), {"OID": oid, "__slots__": ()})
+    encoded = type(name, (EncodedArray,), {"__slots__": ()})
     return encoded, type(f"{name}Dumper", (_AsIs,), {"oid": oid})
 
 
@@ -152,6 +153,12 @@ _ELEMENTS: dict[int, Callable[[object], bytes]] = {
     FLOAT8_OID: _float8,
     TIMESTAMPTZ_OID: _timestamptz,
 }
+
+
+def column_array(values: list[Any], element_oid: int, encode: bool) -> EncodedArray | list[object]:
+    """A column's values as the statement's parameter: encoded here when ``encode`` (the
+    connection's ``arrays_usable``), else the list for psycopg."""
+    return encoded_array(values, element_oid) if encode else values
 
 
 def encoded_array(values: Sequence[object], element_oid: int) -> EncodedArray | list[object]:

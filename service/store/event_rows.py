@@ -31,7 +31,7 @@ from service.store.binary_arrays import (
     TEXT_OID,
     TIMESTAMPTZ_OID,
     arrays_usable,
-    encoded_array,
+    column_array,
 )
 from service.store.driver import driver_errors
 from service.store.models import Event, table
@@ -168,7 +168,7 @@ def _postgres_values(
         elif position in processors:
             convert = processors[position]
             values = [convert(value) for value in values]
-        arrays.append(encoded_array(values, _ELEMENT_OIDS[kind]) if encode else values)
+        arrays.append(column_array(values, _ELEMENT_OIDS[kind], encode))
     return arrays
 
 

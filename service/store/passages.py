@@ -29,7 +29,7 @@ from service.store.binary_arrays import (
     FLOAT8_OID,
     INT8_OID,
     TEXT_OID,
-    encoded_array,
+    column_array,
 )
 from service.store.driver import driver_errors
 from service.store.partitions import DAY_SHIFT
@@ -113,20 +113,17 @@ def postgres_passage_parameters(
     hash, text) rows of events stored on ``day``; ``encode``: the arrays already in binary
     (``binary_arrays``), else as lists."""
     texts = stored_forms((row[4], row[5]) for row in passages)
-    columns: list[tuple[list[Any], int]] = [
-        ([row[0] for row in passages], TEXT_OID),
-        ([row[1] for row in passages], INT8_OID),
-        ([row[2] for row in passages], TEXT_OID),
-        ([row[3] for row in passages], FLOAT8_OID),
-        ([row[4] for row in passages], TEXT_OID),
+    return [
+        column_array([row[0] for row in passages], TEXT_OID, encode),
+        column_array([row[1] for row in passages], INT8_OID, encode),
+        column_array([row[2] for row in passages], TEXT_OID, encode),
+        column_array([row[3] for row in passages], FLOAT8_OID, encode),
+        column_array([row[4] for row in passages], TEXT_OID, encode),
+        tenant,
+        day,
+        column_array(list(texts), TEXT_OID, encode),
+        column_array(list(texts.values()), BYTEA_OID, encode),
     ]
-    texts_columns: list[tuple[list[Any], int]] = [
-        (list(texts), TEXT_OID),
-        (list(texts.values()), BYTEA_OID),
-    ]
-    arrays = [encoded_array(*column) if encode else column[0] for column in columns]
-    stored = [encoded_array(*column) if encode else column[0] for column in texts_columns]
-    return [*arrays, tenant, day, *stored]
 
 
 # (event key, rank, passage id, score, content hash, text): a passage of a stored event to write;
