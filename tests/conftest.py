@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.store.migrate import upgrade
 from service.store.partitions import schema_tables
 from tests.support.brokers import RABBITMQ_URL, answers, session_vhost

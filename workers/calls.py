@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
-from service.kernel.ratelimit import TokenBucket
+from service.queue.ratelimit import TokenBucket
 from service.spend.budget import BudgetExhaustedError, reserve_call, settle_call
 from service.telemetry.aggregates import Delta
 from service.wiring.runtime import Runtime

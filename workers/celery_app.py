@@ -25,17 +25,11 @@ from kombu.transport import redis as redis_transport
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from service.ingest.judge_queue import (
-    JUDGE_SLICE_TASK,
-    JUDGE_TASK,
-    KEEP_DAYS_TASK,
-    PURGE_TASK,
-    SWEEP_TASK,
-)
-from service.kernel.broker import is_redis_url
-from service.kernel.queue_names import urgent_queue
-from service.kernel.redis_check import eviction_problem
-from service.kernel.settings import get_settings
+from service.config.settings import get_settings
+from service.queue.broker import is_redis_url
+from service.queue.names import urgent_queue
+from service.queue.redis_check import eviction_problem
+from service.queue.tasks import JUDGE_SLICE_TASK, JUDGE_TASK, KEEP_DAYS_TASK, PURGE_TASK, SWEEP_TASK
 from service.store.db_check import warn_if_statistics_go_stale
 from service.store.engine import make_engine
 

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from redis import Redis
 from redis.exceptions import RedisError
 
-from service.kernel.keys import redis_key
+from service.primitives.keys import redis_key
 from service.store.judging import JudgeIdentity
 
 # Deletes each key only if it still holds this holder's token: a claim that expired and was

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from service.kernel.hashing import text_hash
+from service.primitives.hashing import text_hash
 from service.spend.budget import BudgetExhaustedError
 from service.store import judging as judging_store
 from service.store.engine import session_scope

@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from service.kernel.keys import digest_key
+from service.primitives.keys import digest_key
 from service.store.judging import EventForJudging
 from workers.judge.base import JudgeReply
 from workers.judge.prompt import JudgeRequest

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 from sqlalchemy.exc import IntegrityError
 
-from service.kernel.clock import utcnow
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.measures.formulas import EventLabels, compute_measures, first_gold_ranks
+from service.primitives.clock import utcnow
 from service.spend.budget import estimate_prompt_tokens
 from service.store import judging as judging_store
 from service.store.engine import session_scope

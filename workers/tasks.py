@@ -9,20 +9,19 @@ from functools import cache, lru_cache
 
 from celery import Task
 
-from service.ingest.judge_queue import (
+from service.config.settings import OVERRIDABLE, Settings, get_settings
+from service.primitives.clock import utcnow
+from service.primitives.keys import composite_key
+from service.queue.messages import slices, waiting_event_pks
+from service.queue.names import urgent_queue
+from service.queue.tasks import (
     FANOUT_TASK,
     JUDGE_SLICE_TASK,
     JUDGE_TASK,
     KEEP_DAYS_TASK,
     PURGE_TASK,
     SWEEP_TASK,
-    slices,
-    waiting_event_pks,
 )
-from service.kernel.clock import utcnow
-from service.kernel.keys import composite_key
-from service.kernel.queue_names import urgent_queue
-from service.kernel.settings import OVERRIDABLE, Settings, get_settings
 from service.spend.budget import BudgetExhaustedError
 from service.spend.shedding import shed_backlog
 from service.store import events as event_store

@@ -6,5 +6,5 @@ and the local judge's thresholds fitted on a tenant's gold traffic (``local_cali
 Everything numeric is pure (arrays in, dataclasses out); ``service.store.analysis`` reads
 the database and ``runner`` ties the two together for the API and the command line.
 
-May import: ``service.kernel``, ``service.store`` and ``service.measures``.
+May import: ``service.primitives``, ``service.config``, ``service.store`` and ``service.measures``.
 """

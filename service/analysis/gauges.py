@@ -45,7 +45,7 @@ from service.analysis.agreement import Agreement
 from service.analysis.calibration import JudgeCalibration, calibrate
 from service.analysis.dataset import label_pairs
 from service.analysis.gold_queue import window_agreement
-from service.kernel.clock import utcnow
+from service.primitives.clock import utcnow
 from service.store import analysis as repo
 from service.store import gold as gold_store
 from service.store.analysis import EventWindow

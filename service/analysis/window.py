@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from service.kernel.clock import as_utc
+from service.primitives.clock import as_utc
 
 DEFAULT_SPAN = timedelta(days=7)
 # What parse_moment accepts, for the --since and --until of every command.

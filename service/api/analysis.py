@@ -18,7 +18,7 @@ from service.analysis.runner import (
 from service.analysis.window import parse_moment, preceding, resolve_window
 from service.http.deps import Caller, StateDep
 from service.http.state import AppState
-from service.kernel.clock import utcnow
+from service.primitives.clock import utcnow
 from service.store.analysis import EventWindow
 from service.store.engine import session_scope
 

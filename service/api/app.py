@@ -17,17 +17,17 @@ from service.api.heap import freeze_startup_objects
 from service.api.http_metrics import HttpMetricsMiddleware, HttpResponseCounter
 from service.auth.cross_site import CrossSiteWriteGuard
 from service.auth.gate import TENANT_STATE, AuthGateMiddleware
-from service.http.query_params import QueryParamsGuard
-from service.http.request_scope import RequestScopeMiddleware
-from service.http.state import AppState
-from service.ingest.counts import count_refused
-from service.ingest.validate import empty_retrieval_labels
-from service.kernel.settings import Settings
-from service.kernel.validation_errors import (
+from service.config.settings import Settings
+from service.contract.validate import empty_retrieval_labels
+from service.contract.validation_errors import (
     breaks_a_count_limit,
     errors_summary,
     reported_errors,
 )
+from service.http.query_params import QueryParamsGuard
+from service.http.request_scope import RequestScopeMiddleware
+from service.http.state import AppState
+from service.ingest.counts import count_refused
 from service.store.db_check import warn_if_statistics_go_stale
 from service.store.models import DEFAULT_TENANT
 from service.telemetry.rebuild import ensure_aggregates

@@ -5,7 +5,7 @@
 - One body in time: a client that has not sent its whole body within ``timeout_seconds`` is
   answered 408 and its connection closed, so a half-sent request cannot stay open.
 - One body's work: a JSON body may hold at most ``max_items`` items nested at most
-  ``max_depth`` deep (``service/kernel/json_shape.py``), counted on its bytes before anything is
+  ``max_depth`` deep (``service/contract/json_shape.py``), counted on its bytes before anything is
   decoded, and answered 413 past either; decoding costs memory by the item, not the byte.
 - All bodies at once: what requests still being read or handled hold, their bytes and what
   their items will cost decoded (``DECODED_BYTES_PER_ITEM`` each), never exceeds the
@@ -23,8 +23,8 @@ import zlib
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.auth.gate import BODY_LIMIT_STATE
-from service.kernel.asgi_answer import send_answer
-from service.kernel.json_shape import json_shape
+from service.contract.asgi_answer import send_answer
+from service.contract.json_shape import json_shape
 
 RETRY_AFTER_SECONDS = 2
 # What one JSON item costs once decoded and validated, at most: measured for the worst body of

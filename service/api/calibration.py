@@ -16,7 +16,7 @@ from service.analysis.window import resolve_window
 from service.api.analysis import App, Retriever, Since, Until
 from service.http.deps import Caller, StateDep
 from service.http.query_params import Seed
-from service.kernel.clock import utcnow
+from service.primitives.clock import utcnow
 from service.store.analysis import EventWindow
 from service.store.engine import session_scope
 

@@ -9,15 +9,7 @@ from fastapi import APIRouter, HTTPException, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from service.auth.keys import Principal
-from service.http.decoded_batch import DecodedBatchRoute
-from service.http.deps import Caller, StateDep
-from service.http.state import AppState
-from service.ingest.admission import Refusal
-from service.ingest.counts import add_counts, count_refused
-from service.ingest.group_commit import NotStoredError
-from service.ingest.ingestor import CONFLICT_MESSAGE
-from service.ingest.validate import Rejection, validate
-from service.kernel.schemas import (
+from service.contract.schemas import (
     ERROR_RESPONSES,
     BatchIn,
     BatchResult,
@@ -29,6 +21,14 @@ from service.kernel.schemas import (
     PassageView,
     check_feedback_limits,
 )
+from service.contract.validate import Rejection, validate
+from service.http.decoded_batch import DecodedBatchRoute
+from service.http.deps import Caller, StateDep
+from service.http.state import AppState
+from service.ingest.admission import Refusal
+from service.ingest.counts import add_counts, count_refused
+from service.ingest.group_commit import NotStoredError
+from service.ingest.ingestor import CONFLICT_MESSAGE
 from service.measures.catalogue import MEASURE_NAMES
 from service.measures.formulas import first_gold_ranks
 from service.store import events as event_store
@@ -75,7 +75,7 @@ async def post_event(
     # Whatever may block (a query, a Redis call) is sent to the thread pool instead; validation
     # and redaction are CPU work on a body already parsed here, so they stay.
     await refuse_single_if_needed(state, caller)
-    checked = validate(event, state.runtime)
+    checked = validate(event, state.runtime.settings, state.runtime.redactor)
     if isinstance(checked, Rejection):
         await run_in_threadpool(state.ingestor.ingest, caller.tenant, [], [checked])
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=checked.message)
@@ -111,7 +111,7 @@ def post_batch(batch: BatchIn, state: StateDep, caller: Caller) -> BatchResult:
     valid: list[EventIn] = []
     slots: list[int | Rejection] = []
     for raw in events:
-        checked = validate(raw, state.runtime)
+        checked = validate(raw, state.runtime.settings, state.runtime.redactor)
         if isinstance(checked, Rejection):
             slots.append(checked)
         else:

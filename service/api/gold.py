@@ -16,11 +16,11 @@ from service.analysis.gold_queue import window_agreement
 from service.analysis.report import to_jsonable
 from service.analysis.window import resolve_window
 from service.auth.labellers import labeller_of
+from service.contract.schemas import ERROR_RESPONSES, EventGoldView, GoldIn, GoldLabelView
+from service.contract.storable import text_problem
 from service.http.deps import StateDep, UiCaller
-from service.kernel.clock import utcnow
-from service.kernel.hashing import text_hash
-from service.kernel.schemas import ERROR_RESPONSES, EventGoldView, GoldIn, GoldLabelView
-from service.kernel.storable import text_problem
+from service.primitives.clock import utcnow
+from service.primitives.hashing import text_hash
 from service.store import events as event_store
 from service.store import gold as gold_store
 from service.store import pages as page_store

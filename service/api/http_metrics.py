@@ -12,7 +12,7 @@ from collections import Counter
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.kernel.background import BackgroundWorker
+from service.primitives.background import BackgroundWorker
 from service.telemetry.aggregates import Aggregates, Delta
 
 log = logging.getLogger(__name__)

@@ -14,6 +14,8 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from service.auth.callers import current_principal
+from service.contract.schemas import EventIn
+from service.contract.validate import Rejection, validate
 from service.http.deps import StateDep
 from service.http.state import AppState
 from service.ingest.otlp.decode import Encoding, PayloadError, decode
@@ -24,8 +26,6 @@ from service.ingest.otlp.responses import (
     status_body,
     success_body,
 )
-from service.ingest.validate import Rejection, validate
-from service.kernel.schemas import EventIn
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def _export(request: Request, state: AppState, body: bytes, encoding: Encoding) 
     valid: list[EventIn] = []
     rejections: list[Rejection] = list(mapped.rejections)
     for raw in mapped.events:
-        checked = validate(raw, state.runtime)
+        checked = validate(raw, state.runtime.settings, state.runtime.redactor)
         if isinstance(checked, Rejection):
             rejections.append(checked)
         else:

@@ -5,7 +5,7 @@ caller from the headers before any body is read (``gate``), the caller of an API
 labelling (``labellers``). What these checks read of the application's state is named
 structurally (``parts``), so this room names nothing above it.
 
-May import: ``service.kernel``, ``service.store``, ``service.wiring`` and ``service.ingest`` (the
-OTLP status body of a refusal). Never ``service.http``, ``service.ui``, ``service.api`` or
-``workers``.
+May import: ``service.primitives``, ``service.config``, ``service.contract``, ``service.queue``,
+``service.store``, ``service.wiring`` and ``service.ingest`` (the OTLP status body of a refusal).
+Never ``service.http``, ``service.ui``, ``service.api`` or ``workers``.
 """

@@ -23,7 +23,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth.gate import key_from_headers
-from service.kernel.asgi_answer import send_answer
+from service.contract.asgi_answer import send_answer
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # What a browser sends for a request started by this very site, a sibling on the same site, or

@@ -21,8 +21,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth.keys import KeyStore, Principal
 from service.auth.sessions import COOKIE_NAME, SessionStore
+from service.contract.asgi_answer import send_answer
 from service.ingest.otlp.responses import MEDIA_TYPES, request_encoding, status_body
-from service.kernel.asgi_answer import send_answer
 
 PRINCIPAL_STATE = "principal"
 # The tenant of a caller identified by a key or by the pages' session, for counting its rejections.

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from redis import Redis, RedisError
 from sqlalchemy import Engine
 
-from service.kernel.bounded_cache import BoundedCache
+from service.primitives.bounded_cache import BoundedCache
 from service.store import keys as keys_repository
 from service.store.engine import session_scope
 from service.store.models import DEFAULT_TENANT

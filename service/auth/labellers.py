@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import HTTPException, status
 
 from service.auth.keys import Principal
-from service.kernel.client_text import mask_text
+from service.contract.client_text import mask_text
 
 ANONYMOUS_LABELLER = "anonymous"
 

@@ -12,7 +12,7 @@ import secrets
 
 from redis import Redis
 
-from service.kernel.keys import redis_key
+from service.primitives.keys import redis_key
 
 COOKIE_NAME = "rm_ui_session"
 SESSION_NAMESPACE = "rm:ui:session"

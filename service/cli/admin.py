@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 
 log = logging.getLogger("retrieval_monitor")
 

@@ -21,8 +21,8 @@ from service.analysis.runner import (
 )
 from service.analysis.window import parse_moment, preceding, resolve_window
 from service.cli.window_options import add_window_options
-from service.kernel.clock import utcnow
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.primitives.clock import utcnow
 from service.store.analysis import EventWindow
 from service.store.engine import get_engine, session_scope
 

@@ -12,8 +12,8 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from service.analysis.local_calibration import NotEnoughGoldError, render, run_local_calibration
 from service.analysis.report import to_jsonable
 from service.cli.window_options import add_window_options, event_window
-from service.kernel.clock import utcnow
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.primitives.clock import utcnow
 from service.store.engine import get_engine, session_scope
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from service.cli.window_options import add_window_options, event_window
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.replay.gold_export import export_gold
 from service.store.engine import get_engine, session_scope
 

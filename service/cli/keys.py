@@ -6,7 +6,7 @@ import argparse
 import re
 import sys
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 
 
 def add_keys_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,7 +26,7 @@ def add_keys_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
 
 def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
     from service.auth.keys import key_hash, new_key
-    from service.kernel.clock import utcnow
+    from service.primitives.clock import utcnow
     from service.store import keys as keys_repository
     from service.store.engine import get_engine, session_scope
     from service.store.migrate import upgrade
@@ -47,7 +47,7 @@ def cmd_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
     from redis import Redis
 
     from service.auth.keys import announce_revocation
-    from service.kernel.clock import utcnow
+    from service.primitives.clock import utcnow
     from service.store import keys as keys_repository
     from service.store.engine import get_engine, session_scope
 

@@ -18,7 +18,7 @@ from service.cli.rejudge import add_rejudge_command
 from service.cli.replay import add_replay_command
 from service.cli.serve import add_serve_command
 from service.cli.worker import add_worker_commands
-from service.kernel.settings import get_settings
+from service.config.settings import get_settings
 from service.process import logs
 
 

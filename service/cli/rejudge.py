@@ -9,8 +9,8 @@ import sys
 from celery import Celery
 
 from service.analysis.window import TIME_HELP, resolve_window
-from service.kernel.clock import utcnow
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.primitives.clock import utcnow
 from service.replay.rejudge import Rejudge, RejudgePlan
 from service.wiring.runtime import Runtime
 

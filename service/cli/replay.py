@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 
 
 def add_replay_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

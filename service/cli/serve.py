@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.process import logs
 from service.process.exposure import open_remote_refusal
 

@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 
 from service.analysis.window import TIME_HELP, resolve_window
-from service.kernel.clock import utcnow
+from service.primitives.clock import utcnow
 from service.store.analysis import EventWindow
 
 

@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.process.worker import scheduler_command, worker_command
 
 

@@ -4,7 +4,7 @@ FastAPI reads a JSON body with ``Request.json()`` and then validates what it ret
 route's model. For the batch route that is ``json.loads`` into Python objects, then pydantic
 over every event, then the storable walk over every value: most of what a batched event costs
 before it is stored. ``DecodedBatchRoute`` hands the route a request whose ``json()`` first
-tries ``decode_valid_batch`` (``service/kernel/event_decoder.py``), which builds every event
+tries ``decode_valid_batch`` (``service/contract/event_decoder.py``), which builds every event
 from the bytes at once; the batch it returns carries them as ``DecodedEvents``, which the
 batch model passes as they are. Whenever that decoder declines (one invalid event is enough),
 ``json()`` is Starlette's own, so every refusal, status and message is FastAPI's and the
@@ -20,8 +20,8 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
+from service.contract.event_decoder import decode_valid_batch
 from service.http.state import app_state
-from service.kernel.event_decoder import decode_valid_batch
 
 
 class DecodedBatchRequest(Request):

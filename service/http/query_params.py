@@ -21,8 +21,8 @@ from urllib.parse import parse_qsl
 from fastapi import Query
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.kernel.asgi_answer import send_answer
-from service.kernel.storable import text_problem
+from service.contract.asgi_answer import send_answer
+from service.contract.storable import text_problem
 
 # Longer than any app, retriever, judge name, moment or page address a filter compares with.
 MAX_QUERY_TEXT_CHARS = 1000

@@ -1,16 +1,16 @@
 """Every request served inside its application's redactor and limits, so that every body it
 validates has its lists counted before their items are read
-(``service/kernel/count_limits.py``) and its free text masked
-(``service/kernel/client_text.py``), whichever route takes it."""
+(``service/contract/count_limits.py``) and its free text masked
+(``service/contract/client_text.py``), whichever route takes it."""
 
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.kernel.client_text import redacting
-from service.kernel.count_limits import counting
-from service.kernel.redaction import Redactor
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.contract.client_text import redacting
+from service.contract.count_limits import counting
+from service.contract.redaction import Redactor
 
 
 class RequestScopeMiddleware:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from service.ingest.backpressure import Backpressure
 from service.ingest.counts import count_refused
-from service.kernel.ratelimit import TokenBucket
+from service.queue.ratelimit import TokenBucket
 from service.wiring.runtime import Runtime
 
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from service.ingest.signals import NearDuplicateCount
-from service.kernel.background import BackgroundWorker
+from service.primitives.background import BackgroundWorker
 from service.telemetry.aggregates import Aggregates, Delta
 
 log = logging.getLogger(__name__)

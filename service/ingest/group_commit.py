@@ -29,7 +29,7 @@ from redis import RedisError
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from service.kernel.schemas import EventIn, IngestResult
+from service.contract.schemas import EventIn, IngestResult
 
 log = logging.getLogger(__name__)
 

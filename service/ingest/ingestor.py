@@ -16,14 +16,14 @@ from collections.abc import Sequence
 
 from sqlalchemy.exc import IntegrityError
 
+from service.contract.schemas import EventIn, IngestResult
+from service.contract.validate import Rejection
 from service.ingest.backpressure import Backpressure
 from service.ingest.counts import IngestCounts, count_rejected
 from service.ingest.deferred import DuplicateRatios, PendingRatio
 from service.ingest.judge_queue import CounterUpdate, JudgeQueue
 from service.ingest.triage import Triage, initial_states
-from service.ingest.validate import Rejection
-from service.kernel.clock import utcnow
-from service.kernel.schemas import EventIn, IngestResult
+from service.primitives.clock import utcnow
 from service.store import events as event_store
 from service.store.engine import session_scope
 from service.telemetry.aggregates import Delta

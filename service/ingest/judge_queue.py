@@ -1,4 +1,4 @@
-"""The judge queue: task names, the message a worker reads, and the one push that enqueues
+"""The judge queue: the one push that enqueues
 judging, with the ingest counters in the same Redis round trip when they share the broker.
 
 Tasks are sent by name: the service never imports the workers' code. Small sends may be
@@ -22,19 +22,15 @@ sweeper sends them.
 
 On a Redis broker the message is written here in Celery's own format (a test holds it to what
 Celery itself writes, field by field) and pushed with one LPUSH; on any other broker, RabbitMQ
-say, it goes through Celery's own publishing.
+say, it goes through Celery's own publishing (``service/queue/celery_sender.py``). The tasks'
+names and the message itself live in ``service/queue``, which the workers share.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
-import os
-import socket
 import time
-import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from celery import Celery
@@ -42,25 +38,15 @@ from redis import Redis
 from redis.exceptions import NoScriptError
 
 from service.ingest.counts import add_counts
-from service.kernel.background import BackgroundWorker
-from service.kernel.broker import CONNECT_SECONDS, is_redis_url
-from service.kernel.queue_names import gathering_list, gathering_since, urgent_queue
+from service.primitives.background import BackgroundWorker
+from service.queue.broker import is_redis_url
+from service.queue.celery_sender import celery_sender
+from service.queue.messages import judge_message, slices
+from service.queue.names import gathering_list, gathering_since, urgent_queue
+from service.queue.tasks import FANOUT_TASK, JUDGE_SLICE_TASK
 from service.telemetry.aggregates import Aggregates, Delta
 
-JUDGE_TASK = "judge.event"
-JUDGE_SLICE_TASK = "judge.events"
-FANOUT_TASK = "judge.fanout"
-SWEEP_TASK = "events.sweep"
-PURGE_TASK = "events.purge"
-KEEP_DAYS_TASK = "events.keep_days"
-
 log = logging.getLogger(__name__)
-
-
-def slices(event_pks: Sequence[int], size: int) -> list[list[int]]:
-    """``event_pks`` cut into consecutive slices of at most ``size``."""
-    return [list(event_pks[i : i + size]) for i in range(0, len(event_pks), size)]
-
 
 # The gathering list KEYS[1] holds fewer than a slice of event keys between appends, and
 # KEYS[2] the time (Redis's own clock, ms) its oldest one arrived: a timer sends them once they
@@ -103,49 +89,6 @@ return {0, taken}
 # Slices one timer's take reads at a time from the gathering list.
 _TAKE_SLICES = 64
 
-# Tasks whose first argument is an event's key, or a list of them.
-_EVENT_TASKS = frozenset({JUDGE_TASK, JUDGE_SLICE_TASK, FANOUT_TASK})
-# How many messages one LRANGE reads while the waiting events are collected.
-_SCAN_CHUNK = 1000
-
-
-def waiting_event_pks(redis: Redis, queues: Iterable[str]) -> set[int]:
-    """The events named by judge messages still waiting in ``queues`` (not yet taken by a worker).
-
-    The broker keeps each queue as a Redis list of JSON messages whose base64 body is the task's
-    ``[args, kwargs, embed]``; a message taken by a worker has left the list. Messages that do not
-    parse are passed over: at worst their events are sent once more, which the workers absorb.
-    """
-    found: set[int] = set()
-    for queue in queues:
-        start = 0
-        while True:
-            chunk = redis.lrange(queue, start, start + _SCAN_CHUNK - 1)
-            for raw in chunk:
-                found.update(_event_pks_of(raw))
-            if len(chunk) < _SCAN_CHUNK:
-                break
-            start += _SCAN_CHUNK
-    return found
-
-
-def _event_pks_of(raw: bytes | str) -> list[int]:
-    try:
-        message = json.loads(raw)
-        if message.get("headers", {}).get("task") not in _EVENT_TASKS:
-            return []
-        args = json.loads(base64.b64decode(message["body"]))[0]
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return []
-    if not args:
-        return []
-    first = args[0]
-    if isinstance(first, int):
-        return [first]
-    if isinstance(first, list):
-        return [pk for pk in first if isinstance(pk, int)]
-    return []
-
 
 def _event_key(raw: bytes | str | int) -> int | None:
     """An event key as the gathering list holds it (bytes of its decimal), or None."""
@@ -155,75 +98,6 @@ def _event_key(raw: bytes | str | int) -> int | None:
         return int(raw)
     except ValueError:
         return None
-
-
-def judge_message(task: str, event_pks: Sequence[int], queue: str) -> bytes:
-    """A Celery (protocol 2, JSON) message asking ``task`` of ``event_pks``, as a Redis broker
-    keeps it in the list named ``queue``; a worker reads it exactly as one Celery sent.
-
-    Built here rather than by ``Celery.send_task``: kombu's publish cost ~1.6 ms of CPU and
-    several Redis round trips per message, more than storing the events it names; this one is
-    a string and a single LPUSH that can share the round trip of the request's counters.
-    """
-    task_id = str(uuid.uuid4())
-    args = [list(event_pks)]
-    body = [args, {}, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}]
-    message = {
-        "body": base64.b64encode(json.dumps(body).encode()).decode(),
-        "content-encoding": "utf-8",
-        "content-type": "application/json",
-        "headers": {
-            "lang": "py",
-            "task": task,
-            "id": task_id,
-            "shadow": None,
-            "eta": None,
-            "expires": None,
-            "group": None,
-            "group_index": None,
-            "retries": 0,
-            "timelimit": [None, None],
-            "root_id": task_id,
-            "parent_id": None,
-            "argsrepr": repr(args),
-            "kwargsrepr": "{}",
-            "origin": _ORIGIN,
-            "ignore_result": None,
-            "replaced_task_nesting": 0,
-            "stamped_headers": None,
-            "stamps": {},
-        },
-        "properties": {
-            "correlation_id": task_id,
-            "reply_to": None,
-            "delivery_mode": 2,
-            "delivery_info": {"exchange": "", "routing_key": queue},
-            "priority": 0,
-            "body_encoding": "base64",
-            "delivery_tag": str(uuid.uuid4()),
-        },
-    }
-    return json.dumps(message).encode()
-
-
-# Celery's own form of a sender's name (``celery.utils.nodenames.anon_nodename``).
-_ORIGIN = f"gen{os.getpid()}@{socket.gethostname()}"
-
-
-def celery_sender(broker_url: str) -> Celery:
-    """A Celery app that only publishes to ``broker_url``, with bounded waits: the events are
-    committed, and what it fails to send the sweeper sends."""
-    sender = Celery("retrieval-monitor-sender", broker=broker_url, set_as_current=False)
-    sender.conf.update(
-        broker_connection_timeout=CONNECT_SECONDS,
-        task_publish_retry_policy={
-            "max_retries": 1,
-            "interval_start": 0,
-            "interval_step": 0.5,
-            "interval_max": 0.5,
-        },
-    )
-    return sender
 
 
 @dataclass(frozen=True)

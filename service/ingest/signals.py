@@ -15,9 +15,9 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from service.kernel.bounded_cache import BoundedCache
-from service.kernel.hashing import text_hash
-from service.kernel.keys import composite_key
+from service.primitives.bounded_cache import BoundedCache
+from service.primitives.hashing import text_hash
+from service.primitives.keys import composite_key
 
 _WORD = re.compile(r"\w+")
 # On ASCII text ``\w`` is exactly letters, digits and underscore: mapping every other ASCII

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.config.settings import Settings
+from service.contract.schemas import EventIn
 from service.ingest.sampling import decide, keep_point
 from service.ingest.signals import NearDuplicateCount, Signals, compute_signals, looks_bad
-from service.kernel.hashing import text_hash
-from service.kernel.schemas import EventIn
-from service.kernel.settings import Settings
+from service.primitives.hashing import text_hash
 from service.store import events as event_store
 
 

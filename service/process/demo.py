@@ -11,7 +11,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from tqdm import tqdm
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 
 log = logging.getLogger(__name__)
 

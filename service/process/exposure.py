@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 
 
 def open_remote_refusal(settings: Settings) -> str | None:

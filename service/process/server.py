@@ -14,7 +14,7 @@ from typing import Any
 
 import uvicorn
 
-from service.kernel.settings import Settings, get_settings
+from service.config.settings import Settings, get_settings
 
 # uvicorn imports the application of each API process by this name.
 WORKER_APP = "service.process.server:worker_app"

@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.process.embedded import EmbeddedRedis
 from service.process.orphan_guard import start_guard
 from service.process.worker import WorkerProcess

@@ -10,9 +10,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.kernel.queue_names import urgent_queue
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.process import logs
+from service.queue.names import urgent_queue
 
 # SIGTERM lets Celery finish (or, with acks_late, requeue) the task in hand; then it is killed.
 STOP_TIMEOUT_SECONDS = 30

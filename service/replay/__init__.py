@@ -3,6 +3,7 @@ retrieval events (sent through the client library, ``retrieval_monitor_client``,
 application would send them), the synthetic workload of the demo, and ``rejudge`` (stored
 events judged again with another judge or prompt version).
 
-May import: ``service.kernel``, ``service.store``, ``service.spend``, ``service.analysis``,
-``service.wiring`` and ``service.ingest`` (the judge queue).
+May import: ``service.primitives``, ``service.config``, ``service.contract``, ``service.queue``,
+``service.store``, ``service.spend``, ``service.analysis``, ``service.wiring`` and
+``service.ingest`` (the judge queue).
 """

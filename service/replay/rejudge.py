@@ -24,8 +24,8 @@ from datetime import datetime
 from celery import Celery
 from tqdm import tqdm
 
-from service.ingest.judge_queue import JUDGE_TASK
-from service.kernel.keys import redis_key, structured_key
+from service.primitives.keys import redis_key, structured_key
+from service.queue.tasks import JUDGE_TASK
 from service.spend.budget import Budget
 from service.store import spend as spend_repository
 from service.store.engine import session_scope

@@ -23,8 +23,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from redis import Redis
 
-from service.kernel.keys import composite_key, composite_parts, redis_key
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.primitives.keys import composite_key, composite_parts, redis_key
 from service.store.models import DEFAULT_TENANT
 from service.telemetry.aggregates import Delta
 from service.telemetry.cardinality import LabelSetCap

@@ -8,5 +8,6 @@ probe two of them share, ``dialect`` the small dialect-aware SQL helpers (the on
 insert-or-update and insert-or-ignore of each dialect among them) and ``pages`` the web pages'
 reads (and the miss causes they record). Routes and tasks call these; none writes SQL itself.
 
-May import: ``service.kernel`` and ``service.measures``. Nothing downstream.
+May import: ``service.primitives``, ``service.config``, ``service.contract`` and
+``service.measures``. Nothing downstream.
 """

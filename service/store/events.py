@@ -17,10 +17,10 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlmodel import Session, col
 
-from service.kernel.clock import as_utc
-from service.kernel.hashing import text_hash
-from service.kernel.schemas import EventIn, FeedbackIn
-from service.kernel.storable import text_problem
+from service.contract.schemas import EventIn, FeedbackIn
+from service.contract.storable import text_problem
+from service.primitives.clock import as_utc
+from service.primitives.hashing import text_hash
 from service.store.dialect import dialect_of
 from service.store.event_rows import NewPassage, insert_new_events
 from service.store.lookups import lookup_each, unnest_keys
@@ -84,7 +84,7 @@ def refused_by_store(exc: BaseException) -> bool:
     """The database or its driver refused a value of the event itself: retrying cannot help,
     and the event's own request (or batch slot) should be told so.
 
-    The bodies are checked to be storable before this point (``service/kernel/storable.py``); this
+    The bodies are checked to be storable before this point (``service/contract/storable.py``); this
     is the safety net for whatever that check misses, so a miss costs one event a 422, never a
     batch or a 503. The passages go to the driver directly (COPY), whose errors are not wrapped.
     """

@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, select, tuple_, update
 from sqlmodel import Session, col
 
-from service.kernel.clock import as_utc, utcnow
 from service.measures.catalogue import MEASURE_NAMES
+from service.primitives.clock import as_utc, utcnow
 from service.store.dialect import insert_ignore, insert_rows
 from service.store.lookups import lookup_each, unnest_keys
 from service.store.models import (

@@ -7,7 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-from service.kernel.clock import utcnow
+from service.primitives.clock import utcnow
 from service.store.engine import make_engine
 from service.store.partitions import DAYS_AHEAD, day_number, ensure_days_ahead
 

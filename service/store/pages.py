@@ -37,8 +37,8 @@ from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session, col
 
-from service.kernel.clock import as_utc
 from service.measures.catalogue import MEASURE_NAMES, NARROW_LEAD, WIDE_LEAD
+from service.primitives.clock import as_utc
 from service.store import gold as gold_store
 from service.store.dialect import (
     bucket_index,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import zlib
 
-from service.kernel.bounded_cache import BoundedCache
+from service.primitives.bounded_cache import BoundedCache
 from service.store.readable import readable_text
 
 PLAIN = b"u"  # the text's UTF-8
@@ -58,7 +58,7 @@ class RecentForms:
     advance); compressing a 1.4 kB text costs about 50 us, a hit a dictionary lookup. Keyed by
     the hash, not the text, and keeping only forms up to ``max_bytes``: a passage may be 20,000
     characters, so keeping every text would let the cache grow to hundreds of MB; the cache
-    (``service.kernel.bounded_cache``) holds at most ``budget_bytes``, 16 MiB by default.
+    (``service.primitives.bounded_cache``) holds at most ``budget_bytes``, 16 MiB by default.
     """
 
     def __init__(self, budget_bytes: int = 16 * 1024 * 1024, max_bytes: int = 4096) -> None:

@@ -1,5 +1,5 @@
 """Reading back what an older version stored: text and JSON that no longer pass the storable
-check (``service.kernel.storable``) but may still sit in a database.
+check (``service.contract.storable``) but may still sit in a database.
 
 Before that check, a NUL or a lone surrogate could reach the JSON columns of both stores as an
 escape (``\\u0000``, ``\\ud800``), and SQLite's text columns as raw bytes that are not UTF-8.

@@ -23,7 +23,7 @@ from typing import Final
 from redis import Redis
 from redis.client import Pipeline
 
-from service.kernel.keys import structured_key
+from service.primitives.keys import structured_key
 from service.telemetry.cardinality import OVERFLOW, LabelSet, LabelSetCap
 from service.telemetry.metrics import FAMILIES, Family
 

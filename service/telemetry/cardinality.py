@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from redis import Redis
 
-from service.kernel.keys import composite_key
+from service.primitives.keys import composite_key
 
 OVERFLOW = "__overflow__"
 SETS_KEY = "rm:metrics:label_sets:v2"

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from service.kernel.keys import composite_key
 from service.measures.catalogue import MEASURES
+from service.primitives.keys import composite_key
 from service.store.judging import EventForJudging, JudgeIdentity, StoredScore
 from service.telemetry.aggregates import Delta
 

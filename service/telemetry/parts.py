@@ -9,8 +9,8 @@ from typing import Protocol
 from redis import Redis
 from sqlalchemy import Engine
 
-from service.kernel.broker import BrokerQueues
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.queue.broker import BrokerQueues
 from service.telemetry.aggregates import Aggregates
 
 

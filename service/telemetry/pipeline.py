@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from service.kernel.clock import utcnow
-from service.kernel.queue_names import urgent_queue
+from service.primitives.clock import utcnow
+from service.queue.names import urgent_queue
 from service.store.engine import session_scope
 from service.store.events import pending_by_tenant
 from service.store.keys import key_tenants

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 
-from service.kernel.clock import utcnow
+from service.primitives.clock import utcnow
 from service.store import events as event_store
 from service.store import judging as judging_store
 from service.store.engine import session_scope

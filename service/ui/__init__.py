@@ -8,7 +8,8 @@ or the login cookie).
 
 The labelling queue (``label_page``) shows the analysis's figures of the labelled sample.
 
-May import: ``service.kernel``, ``service.store``, ``service.measures``, ``service.telemetry``,
-``service.analysis``, ``service.auth`` and ``service.http`` (the application state and the route
-dependencies). Never ``service.api`` (which mounts these routes) or ``workers``.
+May import: ``service.primitives``, ``service.config``, ``service.contract``, ``service.queue``,
+``service.store``, ``service.measures``, ``service.telemetry``, ``service.analysis``,
+``service.auth`` and ``service.http`` (the application state and the route dependencies). Never
+``service.api`` (which mounts these routes) or ``workers``.
 """

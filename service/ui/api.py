@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
 
+from service.contract.schemas import ERROR_RESPONSES
 from service.http.deps import StateDep, UiCaller
-from service.kernel.clock import as_utc, utcnow
-from service.kernel.schemas import ERROR_RESPONSES
+from service.primitives.clock import as_utc, utcnow
 from service.store import events as event_store
 from service.store import gold as gold_store
 from service.store import pages as page_store

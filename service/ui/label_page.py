@@ -26,11 +26,11 @@ from service.analysis.window import parse_span, resolve_window
 from service.auth.browser import safe_next
 from service.auth.keys import Principal
 from service.auth.labellers import labeller_of
+from service.contract.client_text import mask_text
+from service.contract.schemas import MAX_LABELLER_CHARS
+from service.contract.storable import text_problem
 from service.http.deps import PageCaller, StateDep
-from service.kernel.client_text import mask_text
-from service.kernel.clock import utcnow
-from service.kernel.schemas import MAX_LABELLER_CHARS
-from service.kernel.storable import text_problem
+from service.primitives.clock import utcnow
 from service.store import events as event_store
 from service.store import gold as gold_store
 from service.store.analysis import EventWindow

@@ -16,8 +16,8 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup, escape
 
-from service.kernel.clock import as_utc
 from service.measures.catalogue import MEASURES, NARROW_LEAD
+from service.primitives.clock import as_utc
 from service.store.models import MissCauseKind
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field, model_validator
 
-from service.kernel.schemas import StorableBody
+from service.contract.schemas import StorableBody
 from service.store.models import MAX_NOTE_CHARS, MissCauseKind
 
 

@@ -9,9 +9,9 @@ from functools import cached_property
 from redis import Redis
 from sqlalchemy import Engine
 
-from service.kernel.broker import BrokerQueues
-from service.kernel.redaction import Redactor
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.contract.redaction import Redactor
+from service.queue.broker import BrokerQueues
 from service.store.engine import get_engine
 from service.telemetry.aggregates import Aggregates
 from service.telemetry.cardinality import LabelSetCap

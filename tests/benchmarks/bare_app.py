@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI, status
 
-from service.kernel.schemas import BatchIn, EventIn
+from service.contract.schemas import BatchIn, EventIn
 
 
 def create_app() -> FastAPI:

@@ -30,8 +30,10 @@ from typing import Any
 import orjson
 import redis
 
-from service.ingest.judge_queue import JUDGE_SLICE_TASK, JudgeQueue, celery_sender
-from service.kernel.broker import BrokerQueues
+from service.ingest.judge_queue import JudgeQueue
+from service.queue.broker import BrokerQueues
+from service.queue.celery_sender import celery_sender
+from service.queue.tasks import JUDGE_SLICE_TASK
 from tests.benchmarks.bench_ingest import batch_bodies, event, post_batches, post_bodies, store
 from tests.benchmarks.common import (
     REDIS_URL,

@@ -49,7 +49,7 @@ JUDGED = "retrieval_monitor_events_judged"
 
 
 def start_worker(env: dict[str, str], processes: int) -> subprocess.Popen[bytes]:
-    from service.kernel.settings import Settings
+    from service.config.settings import Settings
     from service.process.worker import worker_command
 
     settings = Settings(redis_url=env["RM_REDIS_URL"], queue_name=env["RM_QUEUE_NAME"])

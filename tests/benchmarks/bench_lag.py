@@ -69,7 +69,7 @@ import orjson
 import redis
 from celery import Celery
 
-from service.ingest.judge_queue import JUDGE_SLICE_TASK
+from service.queue.tasks import JUDGE_SLICE_TASK
 from tests.benchmarks import earlier_events
 from tests.benchmarks.bench_ingest import event
 from tests.benchmarks.bench_ingest import store as database

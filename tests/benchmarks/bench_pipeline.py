@@ -124,7 +124,7 @@ def judged_total(url: str) -> float:
 
 
 def drain(url: str, env: dict[str, str], backlog: int) -> float:
-    from service.kernel.settings import Settings
+    from service.config.settings import Settings
     from service.process.worker import worker_command
 
     settings = Settings(redis_url=env["RM_REDIS_URL"], queue_name=env["RM_QUEUE_NAME"])

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import redis
 
+from service.config.settings import Settings
+from service.contract.schemas import EventIn
 from service.ingest.triage import Triage, initial_states
-from service.kernel.clock import utcnow
-from service.kernel.schemas import EventIn
-from service.kernel.settings import Settings
+from service.primitives.clock import utcnow
 from service.store.engine import make_engine, session_scope
 from service.store.events import InitialState, insert_events
 from service.store.migrate import upgrade

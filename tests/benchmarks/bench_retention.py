@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
-from service.kernel.schemas import EventIn
+from service.contract.schemas import EventIn
 from service.store.engine import make_engine, session_scope
 from service.store.events import insert_events
 from service.store.judging import purge_texts

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from sqlalchemy import MetaData, create_engine, text
 
-from service.kernel.clock import utcnow
-from service.kernel.hashing import text_hash
-from service.kernel.schemas import EventIn
+from service.contract.schemas import EventIn
+from service.primitives.clock import utcnow
+from service.primitives.hashing import text_hash
 from service.replay.beir import BeirDataset, load_beir
 from service.replay.bm25 import Bm25Index
 from service.replay.replay import ReplayConfig, build_event

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import redis
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.wiring.runtime import Runtime
 from tests.benchmarks.bench_local_judge import synthetic_passages
 from tests.benchmarks.common import REDIS_URL, Figure, median_figure, table

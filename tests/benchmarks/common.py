@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 if TYPE_CHECKING:
-    from service.kernel.settings import Settings
+    from service.config.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 # Database 10 keeps the suite away from the tests (15) and from a demo (0).
@@ -275,7 +275,7 @@ BENCH_VENV = Path(os.environ.get("RM_BENCH_VENV", "/tmp/rm-bench-venv"))
 def in_process_settings(database_url: str, tmp: Path, **extra: object) -> Settings:
     """Settings for a benchmark that runs the service's functions in its own process: the
     benchmark Redis, a queue of its own and no backlog bound."""
-    from service.kernel.settings import Settings
+    from service.config.settings import Settings
 
     settings: Settings = Settings.model_validate(
         {

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from service.kernel.clock import utcnow
-from service.kernel.schemas import EventIn
+from service.contract.schemas import EventIn
+from service.primitives.clock import utcnow
 from service.store.engine import make_engine, session_scope
 from service.store.events import insert_events
 from service.store.migrate import upgrade

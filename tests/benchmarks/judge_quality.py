@@ -263,7 +263,7 @@ def backend_agreement(
     other_fitted: Sequence[float],
 ) -> dict[str, Any]:
     """How far two encoders' similarities and grades differ on the same (query, passage) pairs."""
-    from service.kernel.settings import Settings
+    from service.config.settings import Settings
 
     difference = other.similarity - run.similarity
     service_thresholds = Settings().local_judge_thresholds
@@ -312,7 +312,7 @@ def _round(x: float) -> float | None:
 def llm_report(
     run: Retrieved, held_out: set[str], args: argparse.Namespace, reps: int
 ) -> dict[str, Any]:
-    from service.kernel.settings import Settings
+    from service.config.settings import Settings
     from workers.judge.llm import LlmJudge
     from workers.judge.prompt import JudgeRequest
 

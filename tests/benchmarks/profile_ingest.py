@@ -37,13 +37,14 @@ import redis
 from sqlalchemy.orm import Session
 
 from service.api.heap import freeze_startup_objects
-from service.ingest import counts, triage, validate
+from service.contract import validate
+from service.contract.event_decoder import decode_valid_batch
+from service.contract.schemas import BatchIn, EventIn
+from service.ingest import counts, triage
 from service.ingest.ingestor import Ingestor
 from service.ingest.judge_queue import JudgeQueue
 from service.ingest.signals import NearDuplicateCount
-from service.kernel.background import BackgroundWorker
-from service.kernel.event_decoder import decode_valid_batch
-from service.kernel.schemas import BatchIn, EventIn
+from service.primitives.background import BackgroundWorker
 from service.store import event_rows
 from service.store import events as event_store
 from service.store.migrate import upgrade
@@ -127,7 +128,7 @@ class StageClock:
 
 def instrument(clock: StageClock) -> None:
     """Wrap the functions each stage runs; names as the modules of the request path call them."""
-    import service.kernel.schemas as schemas
+    import service.contract.schemas as schemas
 
     clock.wrap(schemas, "check_body", "storable check")
     clock.wrap(validate, "check_limits", "limits + redaction")
@@ -161,7 +162,7 @@ def single(runtime: Runtime, ingestor: Ingestor, clock: StageClock, bodies: list
                 raw = json.loads(body)
             with clock.stage("validate (pydantic, rest)"):
                 parsed = EventIn.model_validate(raw)
-            checked = validate.validate(parsed, runtime)
+            checked = validate.validate(parsed, runtime.settings, runtime.redactor)
             assert isinstance(checked, EventIn)
             ingestor.ingest("default", [checked])
 
@@ -180,7 +181,7 @@ def batched(runtime: Runtime, ingestor: Ingestor, clock: StageClock, bodies: lis
                     batch = BatchIn.model_validate(raw)
             valid = []
             for item in batch.events if decoded is None else decoded:
-                checked = validate.validate(item, runtime)
+                checked = validate.validate(item, runtime.settings, runtime.redactor)
                 assert isinstance(checked, EventIn)
                 valid.append(checked)
             ingestor.ingest("default", valid)

@@ -35,7 +35,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy import text
 
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.store.migrate import upgrade
 from service.wiring.runtime import Runtime
 from tests.benchmarks import earlier_events

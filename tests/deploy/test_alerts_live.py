@@ -37,7 +37,7 @@ from deploy import dashboards as boards
 from deploy import generate, rules
 from deploy.config import load
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.process.embedded import free_port
 from service.store.migrate import upgrade
 from tests.support.environment import REDIS_URL, make_settings

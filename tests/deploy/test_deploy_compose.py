@@ -24,7 +24,7 @@ from scripts import sync_chart_files
 from service.api.health import router as health_router
 from service.api.scrape import router as scrape_router
 from service.cli import main as cli
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.process.exposure import open_remote_refusal
 from tests.support.paths import REPO_ROOT, shared_data_dir
 

@@ -27,7 +27,7 @@ import yaml
 from scripts import sync_chart_files
 from service.api.health import router as health_router
 from service.api.scrape import router as scrape_router
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.process.worker import worker_command
 from tests.support.paths import REPO_ROOT
 

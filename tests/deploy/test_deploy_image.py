@@ -32,7 +32,7 @@ from fastapi.testclient import TestClient
 from service.api.app import create_app
 from service.api.health import router as health_router
 from service.cli import main as cli
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.process.embedded import free_port
 from service.store.migrate import upgrade
 from tests.support.environment import make_settings, settings_env

@@ -20,8 +20,8 @@ from urllib.parse import quote, urlsplit
 import pytest
 from kombu.connection import Connection
 
-from service.kernel.broker import BrokerQueues
 from service.process.embedded import free_port
+from service.queue.broker import BrokerQueues
 from tests.support.live import wait_for
 
 _Connection: Any = Connection  # kombu has no type hints

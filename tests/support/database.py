@@ -7,7 +7,7 @@ from collections.abc import Callable
 import redis
 from sqlalchemy import Engine, create_engine, func, select, text
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.telemetry.aggregates import DONE_PREFIX
 
 

@@ -7,7 +7,7 @@ import os
 import uuid
 from pathlib import Path
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.support.paths import REPO_ROOT
 
 REDIS_URL = os.environ.get("RM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")

@@ -14,11 +14,11 @@ from sqlalchemy import Engine
 from service.api.app import create_app
 from service.auth.keys import key_hash, new_key
 from service.cli.gold import add_gold_command
-from service.kernel.clock import utcnow
-from service.kernel.hashing import text_hash
-from service.kernel.schemas import EventIn
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.contract.schemas import EventIn
 from service.measures.formulas import EventLabels, compute_measures
+from service.primitives.clock import utcnow
+from service.primitives.hashing import text_hash
 from service.store import events as event_store
 from service.store import judging as judging_store
 from service.store.engine import make_engine, session_scope

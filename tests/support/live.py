@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.process.embedded import free_port
 from service.store.models import Event
 from service.telemetry.aggregates import DONE_PREFIX

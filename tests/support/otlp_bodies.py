@@ -18,10 +18,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanPb
 
 from service.api import otlp
 from service.api.app import create_app
+from service.config.settings import Settings
+from service.contract.validate import Rejection
 from service.ingest.otlp.decode import decode
 from service.ingest.otlp.mapping import SELECT, MappingConfig, map_span
-from service.ingest.validate import Rejection
-from service.kernel.settings import Settings
 
 TRACE_ID = bytes.fromhex("5b8efff798038103d269b633813fc60c")
 

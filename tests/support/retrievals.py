@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from service.kernel.clock import utcnow
-from service.kernel.schemas import EventIn
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.contract.schemas import EventIn
+from service.primitives.clock import utcnow
 from service.replay.beir import BeirDataset, load_beir
 from service.replay.bm25 import Bm25Index
 from service.store.engine import session_scope

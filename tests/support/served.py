@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from service.auth.keys import key_hash, new_key
-from service.kernel.clock import utcnow
+from service.primitives.clock import utcnow
 from service.process.embedded import free_port
 from service.store import keys as keys_repository
 from service.store.engine import make_engine, session_scope

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from service.auth.keys import key_hash, new_key
-from service.kernel.clock import utcnow
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.primitives.clock import utcnow
 from service.store import keys as keys_repository
 from service.store.engine import make_engine, session_scope
 

@@ -16,10 +16,11 @@ from tests.support.paths import REPO_ROOT
 SOURCES = sorted((REPO_ROOT / "service").rglob("*.py")) + sorted(
     (REPO_ROOT / "workers").rglob("*.py")
 )
-# The broker's own speakers: the queue reader and the judge message sender.
+# The broker's own speakers: the queue reader, the judge message and its sender.
 LIST_COMMANDS_ALLOWED_IN = {
-    REPO_ROOT / "service" / "kernel" / "broker.py",
+    REPO_ROOT / "service" / "queue" / "broker.py",
     REPO_ROOT / "service" / "ingest" / "judge_queue.py",
+    REPO_ROOT / "service" / "queue" / "messages.py",
 }
 LIST_COMMANDS = {
     "lpush",

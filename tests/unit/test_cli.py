@@ -6,7 +6,7 @@ import pytest
 
 from service.cli.main import build_parser
 from service.cli.serve import cmd_serve
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 
 
 def test_serve_takes_a_number_of_api_processes() -> None:

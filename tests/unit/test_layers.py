@@ -1,10 +1,12 @@
 """The tree follows the one-way flow: every room of ``service`` and ``workers`` imports only what
-its rule (and its package docstring) allows, ``service`` never imports ``workers``, the kernel and
-the measures import nothing, and ``service`` has no module outside a room."""
+its rule (and its package docstring) allows, ``service`` never imports ``workers``, the primitives
+and the measures import nothing of the project, the primitives nothing beyond the standard
+library, and ``service`` has no module outside a room."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,27 +28,50 @@ def _rooms() -> set[str]:
 
 ROOMS = _rooms()
 SERVICE_ROOMS = {room for room in ROOMS if room.startswith("service.")}
-# What each room may import of the project, lowest first. The kernel and the measures import
-# nothing; the process supervision and the command line sit on top; the workers are a tree of
-# their own that the service never imports.
+# What each room may import of the project, lowest first. The primitives and the measures import
+# nothing; the configuration stands on the primitives, the wire contract and the queue on both;
+# the process supervision and the command line sit on top; the workers are a tree of their own
+# that the service never imports, and they reach the judge queue through ``service.queue``, never
+# through ingest.
+FOUNDATION = {"service.primitives", "service.config", "service.contract", "service.queue"}
 ALLOWED: dict[str, set[str]] = {
-    "service.kernel": set(),
+    "service.primitives": set(),
     "service.measures": set(),
-    "service.store": {"service.kernel", "service.measures"},
-    "service.telemetry": {"service.kernel", "service.store", "service.measures"},
-    "service.wiring": {"service.kernel", "service.store", "service.telemetry"},
-    "service.ingest": {
-        "service.kernel",
+    "service.config": {"service.primitives"},
+    "service.contract": {"service.primitives", "service.config"},
+    "service.queue": {"service.primitives", "service.config"},
+    "service.store": {
+        "service.primitives",
+        "service.config",
+        "service.contract",
+        "service.measures",
+    },
+    "service.telemetry": {
+        "service.primitives",
+        "service.config",
+        "service.queue",
+        "service.store",
+        "service.measures",
+    },
+    "service.wiring": FOUNDATION | {"service.store", "service.telemetry"},
+    "service.ingest": FOUNDATION
+    | {"service.store", "service.telemetry", "service.measures", "service.wiring"},
+    "service.spend": {
+        "service.primitives",
+        "service.config",
         "service.store",
         "service.telemetry",
-        "service.measures",
         "service.wiring",
     },
-    "service.spend": {"service.kernel", "service.store", "service.telemetry", "service.wiring"},
-    "service.analysis": {"service.kernel", "service.store", "service.measures"},
-    "service.auth": {"service.kernel", "service.store", "service.wiring", "service.ingest"},
-    "service.http": {
-        "service.kernel",
+    "service.analysis": {
+        "service.primitives",
+        "service.config",
+        "service.store",
+        "service.measures",
+    },
+    "service.auth": FOUNDATION | {"service.store", "service.wiring", "service.ingest"},
+    "service.http": FOUNDATION
+    | {
         "service.store",
         "service.telemetry",
         "service.wiring",
@@ -55,16 +80,16 @@ ALLOWED: dict[str, set[str]] = {
         "service.analysis",
         "service.auth",
     },
-    "service.replay": {
-        "service.kernel",
+    "service.replay": FOUNDATION
+    | {
         "service.store",
         "service.spend",
         "service.analysis",
         "service.wiring",
         "service.ingest",
     },
-    "service.ui": {
-        "service.kernel",
+    "service.ui": FOUNDATION
+    | {
         "service.store",
         "service.measures",
         "service.telemetry",
@@ -75,18 +100,24 @@ ALLOWED: dict[str, set[str]] = {
     "service.api": SERVICE_ROOMS - {"service.api", "service.process", "service.cli"},
     "service.process": SERVICE_ROOMS - {"service.process", "service.cli"},
     "service.cli": SERVICE_ROOMS - {"service.cli"},
-    "workers": {
-        "service.kernel",
+    "workers": FOUNDATION
+    | {
         "service.store",
         "service.telemetry",
         "service.measures",
         "service.wiring",
-        "service.ingest",
         "service.spend",
         "workers.judge",
     },
-    "workers.judge": {"service.kernel", "service.store", "service.measures"},
+    "workers.judge": {
+        "service.primitives",
+        "service.config",
+        "service.store",
+        "service.measures",
+    },
 }
+# Rooms held to the standard library: no third-party import at all.
+STANDARD_LIBRARY_ONLY = ("service.primitives",)
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -240,3 +271,29 @@ def test_the_client_library_imports_nothing_of_the_service() -> None:
             if module.split(".")[0] in {"service", "workers", "fastapi", "celery", "sqlmodel"}
         }
         assert not outside, f"{path.name} imports {sorted(outside)}"
+
+
+def third_party_imports(sources: list[tuple[Path, str]]) -> list[str]:
+    """Imports of anything that is neither the standard library nor the project."""
+    allowed = set(sys.stdlib_module_names) | {"service", "__future__"}
+    return sorted(
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path, source in sources
+        for module in imported_modules_of(source)
+        if module.split(".")[0] not in allowed
+    )
+
+
+@pytest.mark.parametrize("room", STANDARD_LIBRARY_ONLY)
+def test_the_primitives_import_only_the_standard_library(room: str) -> None:
+    assert not third_party_imports(sources_of(room))
+
+
+@pytest.mark.parametrize("room", STANDARD_LIBRARY_ONLY)
+def test_a_planted_third_party_import_is_caught(room: str) -> None:
+    folder = ROOT.joinpath(*room.split("."))
+    planted = (folder / "planted.py", "from redis import Redis\n")
+    assert third_party_imports([*sources_of(room), planted]) == [
+        f"{planted[0].relative_to(ROOT)} imports redis",
+        f"{planted[0].relative_to(ROOT)} imports redis.Redis",
+    ]

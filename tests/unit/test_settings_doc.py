@@ -10,7 +10,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from scripts import gen_settings_doc
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.support.paths import REPO_ROOT
 
 

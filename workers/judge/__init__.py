@@ -1,13 +1,13 @@
 """Judges: the LLM judge through any OpenAI-compatible endpoint, and the local embedding proxy.
 
-May import: ``service.kernel``, ``service.store`` and ``service.measures``.
+May import: ``service.primitives``, ``service.config``, ``service.store`` and ``service.measures``.
 """
 
 from __future__ import annotations
 
 from redis import Redis
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from workers.judge.base import Judge
 
 __all__ = ["Judge", "make_judge"]

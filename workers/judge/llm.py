@@ -25,7 +25,7 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from redis import Redis
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.store.judging import JudgeIdentity
 from workers.judge.base import JudgeReply, PreparedSlice, TransientJudgeError
 from workers.judge.output_mode import OutputModes, is_format_rejection

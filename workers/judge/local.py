@@ -30,8 +30,8 @@ import numpy as np
 import numpy.typing as npt
 from redis import Redis
 
-from service.kernel.hashing import text_hash
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.primitives.hashing import text_hash
 from service.store.calibration import local_prompt_version as prompt_version_of
 from service.store.judging import JudgeIdentity
 from workers.judge.base import JudgeReply, PreparedSlice, VectorUse

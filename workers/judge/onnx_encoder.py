@@ -31,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from service.kernel.keys import composite_key
+from service.primitives.keys import composite_key
 from workers.judge.onnx_graph import (
     ATTENTION_MASK,
     INPUT_IDS,

@@ -22,7 +22,7 @@ import openai
 from redis import Redis
 from redis.exceptions import RedisError
 
-from service.kernel.keys import composite_key, redis_key
+from service.primitives.keys import composite_key, redis_key
 from workers.judge.prompt import OUTPUT_MODES, OutputMode
 
 log = logging.getLogger(__name__)

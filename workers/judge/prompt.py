@@ -45,8 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from service.kernel.hashing import text_hash
-from service.kernel.keys import composite_key
+from service.primitives.hashing import text_hash
+from service.primitives.keys import composite_key
 
 PROMPT_VERSION = "v3"
 

@@ -33,7 +33,7 @@ import numpy.typing as npt
 from redis import Redis
 from redis.exceptions import RedisError
 
-from service.kernel.keys import composite_key, composite_parts, redis_key
+from service.primitives.keys import composite_key, composite_parts, redis_key
 
 log = logging.getLogger(__name__)
 

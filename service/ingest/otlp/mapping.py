@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from service.config.settings import Settings
+from service.contract.storable import EARLIEST, LATEST
+from service.contract.validate import Rejection
 from service.ingest.otlp.decode import DecodedRequest, Selector, Span
 from service.ingest.otlp.documents import (
     Document,
@@ -32,10 +35,7 @@ from service.ingest.otlp.documents import (
     traceloop_documents,
 )
 from service.ingest.otlp.rules import as_mapping, resolve_int, resolve_text
-from service.ingest.validate import Rejection
-from service.kernel.hashing import text_hash
-from service.kernel.settings import Settings
-from service.kernel.storable import EARLIEST, LATEST
+from service.primitives.hashing import text_hash
 from service.store.events import passage_key
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlmodel import SQLModel
 
-from service.kernel.settings import get_settings
+from service.config.settings import get_settings
 from service.store import models  # noqa: F401  (registers the tables on SQLModel.metadata)
 from service.store.engine import make_engine
 from service.store.partitions import PARTITIONED, POSTGRES_ONLY

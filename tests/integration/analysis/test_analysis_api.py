@@ -25,8 +25,8 @@ from service.analysis.dataset import judged_traffic
 from service.analysis.gauges import CachedCalibrationGauges, calibration_gauges
 from service.api.app import create_app
 from service.cli.analyze import add_analyze_command
-from service.kernel.schemas import EventIn
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.contract.schemas import EventIn
 from service.measures.catalogue import MEASURE_NAMES
 from service.measures.formulas import EventLabels, compute_measures
 from service.store import analysis as repo

@@ -26,7 +26,7 @@ from service.analysis.correlation import ALPHA_GRID, JudgedTraffic, correlate
 from service.analysis.dataset import gold_events
 from service.analysis.gold import analyze_gold, diagnose
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.measures.formulas import compute_batch, t_measure
 from service.store.analysis import AnalysisEvent
 from service.store.engine import session_scope

@@ -19,8 +19,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.cli.analyze import add_analyze_command
-from service.kernel.clock import utcnow
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.primitives.clock import utcnow
 from service.replay.beir import load_beir
 from service.replay.replay import ReplayConfig, replay_event_id, run_replay
 from tests.support.environment import make_settings

@@ -24,9 +24,9 @@ from service.analysis.local_calibration import MIN_QUERIES
 from service.api.app import create_app
 from service.cli.calibrate import cmd_calibrate
 from service.cli.main import build_parser
-from service.kernel.clock import utcnow
-from service.kernel.schemas import EventIn
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.contract.schemas import EventIn
+from service.primitives.clock import utcnow
 from service.store import events as event_store
 from service.store import gold as gold_store
 from service.store import judging as judging_store

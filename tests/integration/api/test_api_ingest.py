@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from service.config.settings import Settings
+from service.contract.event_decoder import decode_valid_batch
+from service.contract.schemas import DecodedEvents
 from service.http import decoded_batch
-from service.kernel.event_decoder import decode_valid_batch
-from service.kernel.schemas import DecodedEvents
-from service.kernel.settings import Settings
 from service.store.models import Event, Passage
 from tests.support.database import count_rows
 from tests.support.helpers import make_event

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
 from service.auth.keys import CACHE_SECONDS, key_hash
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.store.migrate import upgrade
 from tests.support.environment import make_settings, settings_env
 from tests.support.helpers import bearer, make_event

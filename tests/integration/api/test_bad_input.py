@@ -14,7 +14,7 @@ from hypothesis import settings as hypothesis_settings
 from schemathesis import checks
 
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.support.database import count_rows
 from tests.support.environment import make_settings
 from tests.support.helpers import make_event

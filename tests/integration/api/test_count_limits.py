@@ -17,9 +17,9 @@ from annotated_types import MaxLen
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from service.kernel.count_limits import TOO_MANY_ITEMS, CountLimit
-from service.kernel.settings import Settings
-from service.kernel.validation_errors import MAX_REPORTED_ERRORS
+from service.config.settings import Settings
+from service.contract.count_limits import TOO_MANY_ITEMS, CountLimit
+from service.contract.validation_errors import MAX_REPORTED_ERRORS
 from tests.support.helpers import make_event
 from tests.support.routes import RouteAddress, body_models
 

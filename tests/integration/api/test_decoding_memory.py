@@ -2,7 +2,7 @@
 on its default limits: the process's peak resident memory grows by less than the in-flight
 budget for each, and every answer is a 4xx or 2xx.
 
-What makes a body worst is its count of items, not its size (``service/kernel/json_shape.py``):
+What makes a body worst is its count of items, not its size (``service/contract/json_shape.py``):
 the bodies are the most empty objects the limits let through, as a flat array, inside every list
 field the route's model declares (read from the application), as deep as allowed, each also
 gzip-compressed; /v1/traces gets the same in OTLP/JSON and as protobuf empty spans. Raising
@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.support.environment import make_settings
 from tests.support.otlp_bodies import empty_spans_request
 from tests.support.routes import RouteAddress, body_models, state_changing_routes

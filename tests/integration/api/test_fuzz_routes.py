@@ -29,7 +29,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.support.environment import make_settings
 from tests.support.helpers import make_event
 from tests.support.hostile_values import BUDGET, JSON_VALUE, TEXT, events, nested

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.store.engine import make_engine
 from tests.support.environment import make_settings
 from tests.support.helpers import bearer, judge, make_event, make_key, ui_app

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 
 from service.api.app import create_app
+from service.config.settings import Settings
 from service.http.query_params import MAX_QUERY_TEXT_CHARS
-from service.kernel.settings import Settings
 from tests.support.environment import make_settings
 from tests.support.helpers import make_event
 from tests.support.routes import every_route

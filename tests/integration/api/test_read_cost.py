@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.support.environment import make_settings
 from tests.support.helpers import judge, make_event
 from tests.support.routes import every_route

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from schemathesis import checks
 
 from service.api.app import create_app
+from service.config.settings import Settings
+from service.contract.schemas import EventIn
 from service.ingest.ingestor import Ingestor
 from service.ingest.judge_queue import JudgeQueue
-from service.kernel.schemas import EventIn
-from service.kernel.settings import Settings
 from service.store.models import Event
 from service.wiring.runtime import Runtime
 from tests.support.database import count_rows

@@ -25,7 +25,7 @@ import pytest
 from retrieval_monitor_client import AsyncMonitorClient, MonitorClient, Passage, Stats
 from sqlalchemy import create_engine, text
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.support.environment import make_settings
 from tests.support.live import LiveServer, wait_for
 from tests.support.paths import REPO_ROOT

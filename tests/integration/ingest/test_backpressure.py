@@ -12,10 +12,10 @@ import redis
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
+from service.config.settings import Settings
 from service.ingest.admission import Admission
 from service.ingest.backpressure import Backpressure
-from service.kernel.redis_check import eviction_problem
-from service.kernel.settings import Settings
+from service.queue.redis_check import eviction_problem
 from service.store.migrate import upgrade
 from service.wiring.runtime import Runtime
 from tests.support.database import count_rows

@@ -20,12 +20,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from service.api.app import create_app
+from service.config.settings import Settings
+from service.contract.schemas import EventIn, IngestResult
 from service.http.state import AppState
 from service.ingest.group_commit import GroupCommitter, NotStoredError, Store
 from service.ingest.ingestor import Ingestor
 from service.ingest.judge_queue import JudgeQueue
-from service.kernel.schemas import EventIn, IngestResult
-from service.kernel.settings import Settings
 from service.process.embedded import free_port
 from service.store.migrate import upgrade
 from service.store.models import Event

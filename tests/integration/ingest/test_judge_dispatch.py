@@ -11,13 +11,9 @@ from collections import Counter
 
 import redis
 
-from service.ingest.judge_queue import (
-    FANOUT_TASK,
-    JUDGE_SLICE_TASK,
-    CounterUpdate,
-    JudgeQueue,
-)
-from service.kernel.queue_names import gathering_since
+from service.ingest.judge_queue import CounterUpdate, JudgeQueue
+from service.queue.names import gathering_since
+from service.queue.tasks import FANOUT_TASK, JUDGE_SLICE_TASK
 from service.telemetry.aggregates import Aggregates, Delta
 from tests.support.live import wait_for
 from tests.support.recording_redis import RecordingRedis

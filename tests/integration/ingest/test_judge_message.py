@@ -14,9 +14,11 @@ import pytest
 import redis
 from celery import Celery
 
-from service.ingest.judge_queue import FANOUT_TASK, JUDGE_SLICE_TASK, JudgeQueue, judge_message
-from service.kernel.broker import BrokerQueues
-from service.kernel.queue_names import urgent_queue
+from service.ingest.judge_queue import JudgeQueue
+from service.queue.broker import BrokerQueues
+from service.queue.messages import judge_message
+from service.queue.names import urgent_queue
+from service.queue.tasks import FANOUT_TASK, JUDGE_SLICE_TASK
 from tests.support.live import wait_for
 
 # Fields that differ between any two messages, or name their sender: compared by form only.

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from service.api.app import create_app
-from service.kernel.redaction import Redactor
+from service.contract.redaction import Redactor
 from service.store.engine import session_scope
 from service.wiring.runtime import Runtime
 from tests.support.environment import make_settings

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
 from service.ingest.sampling import sample_point
-from service.kernel.queue_names import urgent_queue
+from service.queue.names import urgent_queue
 from service.store.migrate import upgrade
 from tests.support.environment import make_settings
 from tests.support.helpers import make_event

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.kernel.redaction import Redactor
+from service.contract.redaction import Redactor
 from service.process import logs
 from service.store.migrate import upgrade
 from tests.support.environment import make_settings

@@ -20,7 +20,7 @@ import pytest
 import redis
 from sqlalchemy import create_engine, text
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.process.embedded import free_port
 from service.store.migrate import upgrade
 from tests.support.brokers import RabbitMQNode

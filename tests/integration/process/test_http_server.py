@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.store.migrate import upgrade
 from tests.support.environment import make_settings
 from tests.support.live import LiveServer

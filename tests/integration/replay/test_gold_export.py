@@ -11,8 +11,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.kernel.hashing import text_hash
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.primitives.hashing import text_hash
 from service.replay.beir import load_beir
 from service.replay.replay import ReplayConfig, run_replay
 from service.store import events as event_store

@@ -12,8 +12,8 @@ from sqlmodel import Session, col, func, select
 
 from service.api.app import create_app
 from service.cli.main import build_parser
-from service.kernel.clock import utcnow
-from service.kernel.settings import Settings, get_settings
+from service.config.settings import Settings, get_settings
+from service.primitives.clock import utcnow
 from service.replay.rejudge import Rejudge, RejudgePlan
 from service.spend.budget import Budget, Reservation
 from service.store.models import Event, Score

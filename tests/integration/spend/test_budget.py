@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session, select
 
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.spend.budget import (
     Budget,
     BudgetGauges,

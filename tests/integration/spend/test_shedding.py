@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session, select
 
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.spend.shedding import shed_backlog
 from service.store.models import Event
 from service.wiring.runtime import Runtime

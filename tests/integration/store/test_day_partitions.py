@@ -15,8 +15,8 @@ from alembic import command
 from sqlalchemy import Engine, func, inspect, select, text
 from sqlmodel import Session
 
-from service.kernel.clock import utcnow
-from service.kernel.schemas import EventIn
+from service.contract.schemas import EventIn
+from service.primitives.clock import utcnow
 from service.store.engine import make_engine, session_scope
 from service.store.events import find_event, insert_events
 from service.store.migrate import alembic_config, upgrade
@@ -237,7 +237,7 @@ _OLD_ROWS = [
 
 @pytest.mark.postgres
 def test_migration_0012_carries_every_row_over_and_back(postgres_url: str) -> None:
-    from service.kernel.hashing import text_hash
+    from service.primitives.hashing import text_hash
     from service.store.events import payload_hash
     from service.store.passage_body import encode_body
 

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, make_url
 from sqlalchemy import text as sql_text
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
-from service.kernel.schemas import EventIn
+from service.contract.schemas import EventIn
 from service.store.binary_arrays import arrays_usable
 from service.store.engine import make_engine, session_scope
 from service.store.event_rows import COLUMNS, insert_new_events

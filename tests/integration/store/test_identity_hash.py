@@ -6,8 +6,8 @@ from __future__ import annotations
 from sqlalchemy import update
 from sqlmodel import col
 
-from service.kernel.clock import utcnow
-from service.kernel.schemas import EventIn
+from service.contract.schemas import EventIn
+from service.primitives.clock import utcnow
 from service.store.engine import make_engine, session_scope
 from service.store.events import insert_events, legacy_payload_hash, payload_hash
 from service.store.models import Event

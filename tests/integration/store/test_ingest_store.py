@@ -12,9 +12,9 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from service.api.app import create_app
-from service.kernel.clock import utcnow
-from service.kernel.hashing import text_hash
-from service.kernel.schemas import EventIn
+from service.contract.schemas import EventIn
+from service.primitives.clock import utcnow
+from service.primitives.hashing import text_hash
 from service.store.engine import make_engine, session_scope
 from service.store.events import InitialState, insert_events
 from service.store.models import Event, EventStatus

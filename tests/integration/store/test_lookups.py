@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, text
 
-from service.kernel.clock import utcnow
-from service.kernel.schemas import EventIn
+from service.contract.schemas import EventIn
+from service.primitives.clock import utcnow
 from service.store.engine import make_engine, session_scope
 from service.store.events import (
     insert_events,

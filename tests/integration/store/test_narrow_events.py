@@ -23,9 +23,9 @@ from sqlmodel import col
 
 from service.analysis.gold_queue import queue_state
 from service.api.app import create_app
+from service.config.settings import Settings
 from service.ingest.sampling import keep_point
-from service.kernel.clock import utcnow
-from service.kernel.settings import Settings
+from service.primitives.clock import utcnow
 from service.store import spend as spend_store
 from service.store.analysis import EventWindow
 from service.store.engine import make_engine, session_scope

@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy import Engine, func, select, text, update
 from sqlmodel import col
 
-from service.kernel.clock import utcnow
-from service.kernel.hashing import text_hash
-from service.kernel.schemas import EventIn
+from service.contract.schemas import EventIn
+from service.primitives.clock import utcnow
+from service.primitives.hashing import text_hash
 from service.store.engine import make_engine, session_scope
 from service.store.events import insert_events, stored_event
 from service.store.judging import erase_passage_texts, load_many_for_judging, purge_texts

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.telemetry.aggregates import HASH_KEY, Aggregates, Delta
 from service.telemetry.exporter import MetricsPage, PipelineGauges, PipelineState
 from service.telemetry.exposition import (

@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector
 
 from service.analysis.gauges import CachedAgreementGauges, CachedCalibrationGauges
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.spend.budget import Budget, BudgetGauges, Reservation
 from service.store.engine import make_engine
 from service.telemetry.aggregates import Aggregates

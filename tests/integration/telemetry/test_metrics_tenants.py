@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
 from service.auth.scrape_token import ScrapeTokenError
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.telemetry.cardinality import OVERFLOW
 from service.telemetry.metrics import SHARED_FAMILIES
 from tests.support.environment import make_settings

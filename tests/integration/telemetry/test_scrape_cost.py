@@ -19,10 +19,10 @@ from sqlalchemy import Engine, event
 
 from service.analysis.gauges import _CachedGauges
 from service.api import scrape
+from service.config.settings import Settings
+from service.contract.schemas import EventIn
 from service.http.state import AppState
-from service.kernel.clock import utcnow
-from service.kernel.schemas import EventIn
-from service.kernel.settings import Settings
+from service.primitives.clock import utcnow
 from service.spend.budget import Budget, Reservation, window_keys
 from service.store import events as event_store
 from service.store import gold as gold_store

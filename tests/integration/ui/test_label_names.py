@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.store.migrate import upgrade
 from service.ui.label_page import LABELLER_COOKIE
 from tests.support.environment import make_settings

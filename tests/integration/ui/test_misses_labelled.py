@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.store import events as event_store
 from service.store import gold as gold_store
 from service.store import pages as page_store

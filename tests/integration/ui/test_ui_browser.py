@@ -25,7 +25,7 @@ import uvicorn
 
 from service.auth.keys import key_hash, new_key
 from service.auth.sessions import COOKIE_NAME
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.process.embedded import free_port
 from service.replay.beir import load_beir
 from service.replay.replay import ReplayConfig, ReplayReport, replay_event_id, run_replay

@@ -21,8 +21,8 @@ from sqlalchemy import Engine, create_engine, inspect, update
 
 from service.auth.browser import UI_HEADER, UI_HEADER_VALUE, safe_next
 from service.auth.sessions import COOKIE_NAME
-from service.kernel.schemas import EventIn
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.contract.schemas import EventIn
 from service.store import events as event_store
 from service.store.engine import make_engine, session_scope
 from service.store.migrate import alembic_config, upgrade

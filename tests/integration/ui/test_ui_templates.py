@@ -16,7 +16,7 @@ from jinja2 import UndefinedError
 from markupsafe import escape
 from sqlalchemy import Engine
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from service.measures.catalogue import BY_NAME, LISTED
 from service.store.engine import make_engine
 from service.ui import pages

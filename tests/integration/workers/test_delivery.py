@@ -13,9 +13,10 @@ import pytest
 import redis
 from celery import Celery
 
-from service.ingest.judge_queue import JUDGE_SLICE_TASK, waiting_event_pks
-from service.kernel.broker import BrokerQueues
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.queue.broker import BrokerQueues
+from service.queue.messages import waiting_event_pks
+from service.queue.tasks import JUDGE_SLICE_TASK
 from service.telemetry.aggregates import DONE_TTL_SECONDS, Aggregates
 from tests.support.database import db_scalar, judged_and_exported
 from tests.support.environment import make_settings
@@ -319,7 +320,7 @@ def test_a_judge_down_past_the_last_retry_marks_the_event_failed_and_counts_it_o
     worker_factory: WorkerFactory,
     fake_judged: FakeJudged,
 ) -> None:
-    from service.ingest.judge_queue import JUDGE_TASK
+    from service.queue.tasks import JUDGE_TASK
     from workers.tasks import MAX_TASK_RETRIES
 
     settings = fake_judged(judge_max_retries=0)

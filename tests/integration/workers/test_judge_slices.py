@@ -16,9 +16,9 @@ import redis
 from sqlalchemy import event, text
 from sqlmodel import select
 
-from service.kernel.clock import utcnow
-from service.kernel.schemas import EventIn
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.contract.schemas import EventIn
+from service.primitives.clock import utcnow
 from service.store.engine import session_scope
 from service.store.events import insert_events
 from service.store.judging import load_many_for_judging, store_judging_many

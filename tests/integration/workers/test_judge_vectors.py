@@ -19,8 +19,8 @@ import pytest
 import redis
 from sqlmodel import select
 
-from service.kernel.hashing import text_hash
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.primitives.hashing import text_hash
 from service.store.engine import session_scope
 from service.store.models import JudgeRun, Judgment
 from service.wiring.runtime import Runtime

@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from service.api.app import create_app
-from service.ingest.judge_queue import KEEP_DAYS_TASK
-from service.kernel.clock import utcnow
-from service.kernel.schemas import EventIn
+from service.contract.schemas import EventIn
+from service.primitives.clock import utcnow
+from service.queue.tasks import KEEP_DAYS_TASK
 from service.store.engine import make_engine, session_scope
 from service.store.events import insert_events
 from service.store.partitions import (

@@ -28,7 +28,7 @@ import pytest
 import redis
 from openai.types.chat.completion_create_params import ResponseFormat
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.support.environment import make_settings
 from tests.support.helpers import store_event
 from workers import judging

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.app import create_app
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.support.brokers import empty_queue
 from tests.support.environment import make_settings
 from tests.support.fake_llm.fixture import FakeLLM

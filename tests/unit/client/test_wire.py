@@ -15,7 +15,7 @@ from retrieval_monitor_client.wire import (
     retry_after_seconds,
 )
 
-from service.kernel.schemas import BatchIn, EventIn
+from service.contract.schemas import BatchIn, EventIn
 
 
 def record(**changes: object) -> EventRecord:

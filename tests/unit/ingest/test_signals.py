@@ -21,7 +21,7 @@ from service.ingest.signals import (
     shingles,
     words,
 )
-from service.kernel.hashing import text_hash
+from service.primitives.hashing import text_hash
 from tests.support.near_duplicates import near_duplicate_passages, reference_near_duplicates
 
 TEXT = "the quick brown fox jumps over the lazy dog near the river bank today"
@@ -127,11 +127,15 @@ def test_empty_or_repetitive_lists_look_bad_short_ones_do_not() -> None:
     assert not looks_bad(signals([TEXT, TEXT, "x y z", "p q r"], [None] * 4))  # 1 of 4 repeats
 
 
-PURE_KERNEL = {"service.kernel.bounded_cache", "service.kernel.hashing", "service.kernel.keys"}
+PURE_PRIMITIVES = {
+    "service.primitives.bounded_cache",
+    "service.primitives.hashing",
+    "service.primitives.keys",
+}
 
 
 def test_the_hot_path_modules_are_pure() -> None:
-    """Sampling and signals run on every request: no I/O, and of the project only the kernel's
+    """Sampling and signals run on every request: no I/O, and of the project only the primitives'
     pure parts (the content hash and the bounded cache)."""
     import ast
 
@@ -144,7 +148,7 @@ def test_the_hot_path_modules_are_pure() -> None:
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Import):
                 imported.update(alias.name.split(".")[0] for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module in PURE_KERNEL:
+            elif isinstance(node, ast.ImportFrom) and node.module in PURE_PRIMITIVES:
                 continue
             elif isinstance(node, ast.ImportFrom):
                 imported.add((node.module or "").split(".")[0])

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.kernel.storable import (
+from service.contract.storable import (
     MAX_NESTING,
     NotStorableError,
     _check_body,

@@ -6,12 +6,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from service.config.settings import Settings
+from service.contract.schemas import EventIn
 from service.ingest.sampling import decide
 from service.ingest.signals import compute_signals, count_near_duplicates, looks_bad, repeats_enough
 from service.ingest.triage import Triage
-from service.kernel.hashing import text_hash
-from service.kernel.schemas import EventIn
-from service.kernel.settings import Settings
+from service.primitives.hashing import text_hash
 from tests.support.near_duplicates import near_duplicate_passages, reference_near_duplicates
 
 SETTINGS = Settings.model_validate({"database_url": "sqlite://", "redis_url": "redis://unused"})

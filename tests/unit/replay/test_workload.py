@@ -189,7 +189,7 @@ def test_build_event_gold_ids_exclude_non_relevant_and_k_shrinks(tmp_path: Path)
 
 
 def test_build_event_is_valid_for_the_api_schema(dataset: BeirDataset, index: Bm25Index) -> None:
-    schemas = pytest.importorskip("service.kernel.schemas")
+    schemas = pytest.importorskip("service.contract.schemas")
     cfg = ReplayConfig(base_url="http://unused", gold=True)
     for qid in list(dataset.queries)[:20]:
         hits = index.search(dataset.queries[qid], top_n=cfg.passages_per_event)

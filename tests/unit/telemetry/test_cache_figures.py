@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from service.kernel.hashing import text_hash
+from service.primitives.hashing import text_hash
 from service.spend.budget import estimate_prompt_tokens
 from service.store.judging import EventForJudging, PassageForJudging
 from service.telemetry.aggregates import Delta

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from service.kernel.hashing import text_hash
+from service.primitives.hashing import text_hash
 from service.store.judging import EventForJudging, PassageForJudging
 from workers.judge.base import JudgeReply
 from workers.plan import (

@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.support.metrics_reading import metric_value
 from tests.support.otlp_bodies import hex_ids, otlp_app
 from tests.support.paths import shared_data_dir

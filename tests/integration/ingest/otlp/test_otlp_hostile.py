@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from service.api.app import create_app
+from service.config.settings import Settings
 from service.ingest.otlp.decode import decode
 from service.ingest.otlp.mapping import SELECT, MappingConfig, map_request
-from service.kernel.settings import Settings
 from tests.support.environment import make_settings
 
 TEXT = st.one_of(

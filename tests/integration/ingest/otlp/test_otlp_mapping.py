@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from sqlalchemy import create_engine, text
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.support.environment import make_settings
 from tests.support.metrics_reading import metric_value
 from tests.support.otlp_bodies import (
@@ -176,7 +176,7 @@ def test_the_body_limit_applies(tmp_path: Path, sqlite_url: str, redis_url: str)
 
 def test_the_api_key_decides_the_tenant(tmp_path: Path, sqlite_url: str, redis_url: str) -> None:
     from service.auth.keys import key_hash, new_key
-    from service.kernel.clock import utcnow
+    from service.primitives.clock import utcnow
     from service.store import keys as keys_repository
     from service.store.engine import get_engine, session_scope
     from service.store.migrate import upgrade

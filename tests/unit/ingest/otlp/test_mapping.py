@@ -13,11 +13,11 @@ import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanPb
 from pydantic import ValidationError
 
+from service.config.settings import Settings
+from service.contract.validate import Rejection
 from service.ingest.otlp.decode import PayloadError, Span, decode
 from service.ingest.otlp.mapping import SELECT, MappingConfig, map_request, map_span
-from service.ingest.validate import Rejection
-from service.kernel.hashing import text_hash
-from service.kernel.settings import Settings
+from service.primitives.hashing import text_hash
 from service.store.events import passage_key
 from tests.support.otlp_bodies import (
     DOCS,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 from tests.benchmarks.bench_local_judge import synthetic_passages
 from tests.support.paths import shared_data_dir
 from tests.support.sentences import LONG, RELEVANCE_PAIRS, SENTENCES

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.kernel.json_shape import json_shape
+from service.contract.json_shape import json_shape
 
 TRICKY_TEXT = st.text(alphabet=st.sampled_from(list('ab"\\,[]{}:é\u2028\U0001f600 ')), max_size=12)
 JSON_VALUES = st.recursive(

@@ -26,7 +26,7 @@ from annotated_types import MaxLen
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from service.kernel.redaction import Redactor
+from service.contract.redaction import Redactor
 
 Model = TypeVar("Model", bound=BaseModel)
 

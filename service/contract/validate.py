@@ -11,10 +11,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.ingest.redact import redact_event
-from service.kernel.schemas import EventIn, check_limits
-from service.kernel.validation_errors import breaks_a_count_limit, errors_summary
-from service.wiring.runtime import Runtime
+from service.config.settings import Settings
+from service.contract.redact import redact_event
+from service.contract.redaction import Redactor
+from service.contract.schemas import EventIn, check_limits
+from service.contract.validation_errors import breaks_a_count_limit, errors_summary
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,9 @@ class Rejection:
     empty_retrieval: dict[str, str] | None = None  # its labels, when no passage was sent
 
 
-def validate(raw: dict[str, Any] | EventIn, runtime: Runtime) -> EventIn | Rejection:
+def validate(
+    raw: dict[str, Any] | EventIn, settings: Settings, redactor: Redactor
+) -> EventIn | Rejection:
     claimed = raw.get("event_id") if isinstance(raw, dict) else raw.event_id
     event_id = claimed if isinstance(claimed, str) else None
     try:
@@ -37,10 +40,10 @@ def validate(raw: dict[str, Any] | EventIn, runtime: Runtime) -> EventIn | Rejec
             return Rejection(event_id, "limits", message)
         empty = empty_retrieval_labels(raw)
         return Rejection(event_id, "empty_retrieval" if empty else "invalid", message, empty)
-    problems = check_limits(event, runtime.settings)
+    problems = check_limits(event, settings)
     if problems:
         return Rejection(event_id, "limits", "; ".join(problems))
-    return redact_event(event, runtime.redactor)
+    return redact_event(event, redactor)
 
 
 def empty_retrieval_labels(raw: object) -> dict[str, str] | None:

@@ -5,7 +5,7 @@ A cache keyed by whole texts, or bounded by a count of entries, holds whatever t
 clients send weigh: 4,096 entries of 20,000 astral characters are 300 MiB. Here a key longer than
 ``MAX_KEY_BYTES`` is refused outright, and every entry is charged its key, its value (by
 ``sys.getsizeof`` or a size function the owner gives) and a fixed overhead, so a process holds at
-most ``max_bytes`` per cache whatever the traffic. tests/unit/kernel/test_cache_inventory.py
+most ``max_bytes`` per cache whatever the traffic. tests/unit/primitives/test_cache_inventory.py
 finds every other cache in the source and fails on one not listed with why it is bounded.
 """
 

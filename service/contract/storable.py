@@ -2,7 +2,7 @@
 
 A value that passes validation must never be refused by the database afterwards: such a refusal
 used to surface as a 503 with Retry-After (so a client retried forever) or failed a whole batch.
-The bodies' models (``service/kernel/schemas.py``) run ``check_body`` over the raw body, every key
+The bodies' models (``service/contract/schemas.py``) run ``check_body`` over the raw body, every key
 and value at every depth, so a field added later is covered without a rule of its own:
 
 - text: no NUL (PostgreSQL refuses it in text and JSON) and no lone surrogate (not UTF-8, so no

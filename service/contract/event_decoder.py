@@ -13,7 +13,7 @@ when anything at all is off (one malformed event, a list over its limit, a text 
 keep, a form the structs are stricter about than the models, such as a number sent as a
 string). Then the caller reads the body the usual way, and the models say what is wrong. So a
 refusal is always the models' own, and an accepted event is the one they would have accepted:
-``tests/unit/kernel/test_event_decoder.py`` holds the two readings equal over generated bodies,
+``tests/unit/contract/test_event_decoder.py`` holds the two readings equal over generated bodies,
 and the fields of these structs to the models' fields.
 """
 
@@ -27,7 +27,8 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from service.kernel.schemas import (
+from service.config.settings import Settings
+from service.contract.schemas import (
     MAX_ID_CHARS,
     MAX_LABEL_COLUMN_CHARS,
     BatchIn,
@@ -36,8 +37,7 @@ from service.kernel.schemas import (
     EventIn,
     PassageIn,
 )
-from service.kernel.settings import Settings
-from service.kernel.storable import NotStorableError, check_body, check_moment
+from service.contract.storable import NotStorableError, check_body, check_moment
 
 _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_CHARS)]
 _Label = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_LABEL_COLUMN_CHARS)]

@@ -1,15 +1,15 @@
 """The second step of an event's way: every free text of a valid event masked.
 
 An event is a request body like any other and is masked by the same walk
-(``service/kernel/client_text.py``), only here rather than at validation: the limits of the first
+(``service/contract/client_text.py``), only here rather than at validation: the limits of the first
 step are measured on the text as sent. Every later step only ever sees the masked copy.
 """
 
 from __future__ import annotations
 
-from service.kernel.client_text import mask_model
-from service.kernel.redaction import Redactor
-from service.kernel.schemas import EventIn
+from service.contract.client_text import mask_model
+from service.contract.redaction import Redactor
+from service.contract.schemas import EventIn
 
 
 def redact_event(event: EventIn, redactor: Redactor) -> EventIn:

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, model_validator
 from pydantic_core import PydanticCustomError
 
-from service.kernel.settings import Settings
+from service.config.settings import Settings
 
 # The error type a refused count carries, so that it is counted as a broken limit, not as a
 # malformed body.

@@ -1,6 +1,7 @@
-"""Composite keys are injective, whoever builds them: every builder of ``service/kernel/keys.py``
-and every function of the project that returns a key made by it gives two different inputs two
-different keys, and no module builds a key or hash input by formatting or joining strings."""
+"""Composite keys are injective, whoever builds them: every builder of
+``service/primitives/keys.py`` and every function of the project that returns a key made by it
+gives two different inputs two different keys, and no module builds a key or hash input by
+formatting or joining strings."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from hypothesis import strategies as st
 from redis import Redis
 
 from service.auth import sessions
-from service.kernel import keys
-from service.kernel.hashing import text_hash
+from service.primitives import keys
+from service.primitives.hashing import text_hash
 from service.replay import rejudge
 from service.spend import budget
 from service.store.judging import EventForJudging, JudgeIdentity, PassageForJudging
@@ -88,7 +89,7 @@ def plan_fields(
 # What two inputs of a builder are compared by, and the builder applied to one input.
 Builder = tuple[st.SearchStrategy[tuple[Any, ...]], Callable[..., object]]
 
-# The mechanism itself: every public builder of service/kernel/keys.py (``composite_parts``, its
+# The mechanism itself: every public builder of service/primitives/keys.py (``composite_parts``, its
 # inverse, is checked below).
 MECHANISM: dict[str, Builder] = {
     "composite_key": (st.lists(texts, min_size=1, max_size=4).map(tuple), keys.composite_key),
@@ -204,7 +205,7 @@ def assert_injective(name: str, builder: Builder, inputs: Sequence[tuple[Any, ..
         assert earlier == identity, f"{name}: {earlier!r} and {identity!r} give {key!r}"
 
 
-BUILDERS = {**{f"service.kernel.keys.{n}": b for n, b in MECHANISM.items()}, **PROJECT}
+BUILDERS = {**{f"service.primitives.keys.{n}": b for n, b in MECHANISM.items()}, **PROJECT}
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
@@ -243,7 +244,7 @@ def test_every_public_builder_of_the_mechanism_is_checked() -> None:
 # --- the source: who builds keys, and that nobody builds one by hand -------------------------
 
 SOURCES = ("service", "workers")
-MECHANISM_MODULE = Path("service/kernel/keys.py")
+MECHANISM_MODULE = Path("service/primitives/keys.py")
 
 
 def modules() -> list[tuple[str, ast.Module]]:
@@ -402,5 +403,5 @@ def test_no_module_builds_a_key_by_hand() -> None:
             for node in hand_built(expression)
         }
     )
-    assert set(built) - NOT_COMPOSITE == set(), "build these with service.kernel.keys"
+    assert set(built) - NOT_COMPOSITE == set(), "build these with service.primitives.keys"
     assert NOT_COMPOSITE - set(built) == set(), "no longer built by hand: drop from the list"

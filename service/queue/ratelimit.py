@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from service.kernel.keys import redis_key
+from service.primitives.keys import redis_key
 
 _TAKE = """
 local rate = tonumber(ARGV[1])

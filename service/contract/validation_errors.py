@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from service.kernel.count_limits import TOO_MANY_ITEMS
+from service.contract.count_limits import TOO_MANY_ITEMS
 
 MAX_REPORTED_ERRORS = 20
 

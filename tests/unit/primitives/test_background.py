@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from service.kernel.background import BackgroundWorker
+from service.primitives.background import BackgroundWorker
 from tests.support.live import wait_for
 
 

@@ -22,10 +22,10 @@ from pydantic import (
     model_validator,
 )
 
-from service.kernel.client_text import Verbatim, mask_body_in_place
-from service.kernel.count_limits import CountedBody, CountLimit
-from service.kernel.settings import Settings
-from service.kernel.storable import check_body, check_moment, check_text, nesting_depth
+from service.config.settings import Settings
+from service.contract.client_text import Verbatim, mask_body_in_place
+from service.contract.count_limits import CountedBody, CountLimit
+from service.contract.storable import check_body, check_moment, check_text, nesting_depth
 
 # Ids are stored in 200-character columns; labels in 100-character ones (the settings that
 # lower these bounds cannot raise them).
@@ -36,11 +36,11 @@ PassageId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
 
 class StorableBody(CountedBody):
     """A request body whose every key and value, at any depth, a store can keep
-    (``service/kernel/storable.py``); checked on the raw body before the fields are read, after
-    its lists are counted (``service/kernel/count_limits.py``).
+    (``service/contract/storable.py``); checked on the raw body before the fields are read, after
+    its lists are counted (``service/contract/count_limits.py``).
 
     Every free text of it is masked once its fields are valid, with the redactor of the request
-    being served (``service/kernel/client_text.py``): the one gate of a client's text.
+    being served (``service/contract/client_text.py``): the one gate of a client's text.
     """
 
     # Set only by a body whose masking must wait for checks made after validation; the module
@@ -94,7 +94,7 @@ class EventIn(StorableBody):
 
     model_config = ConfigDict(extra="forbid")
     # The limits are measured on the text as sent, so an event is masked after them.
-    masked_later_by: ClassVar[str | None] = "service.ingest.redact"
+    masked_later_by: ClassVar[str | None] = "service.contract.redact"
 
     event_id: Annotated[str | None, Verbatim()] = Field(
         None,
@@ -261,7 +261,7 @@ def check_feedback_limits(feedback: FeedbackIn, settings: Settings) -> list[str]
 
 class DecodedEvents(list[EventIn]):
     """The events of a batch body already built from its bytes, every one valid
-    (``service/kernel/event_decoder.py``): a batch holding them passes as it is."""
+    (``service/contract/event_decoder.py``): a batch holding them passes as it is."""
 
 
 def _decoded_pass(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:

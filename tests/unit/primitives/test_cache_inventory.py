@@ -1,5 +1,5 @@
 """Every in-process cache of the package is found from the source and either goes through
-``service.kernel.bounded_cache`` (keys are digests, the budget is in bytes) or is listed below
+``service.primitives.bounded_cache`` (keys are digests, the budget is in bytes) or is listed below
 with why it cannot grow with client text. A cache added later fails here until it does one or
 the other.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from service.kernel.bounded_cache import (
+from service.primitives.bounded_cache import (
     ENTRY_OVERHEAD_BYTES,
     MAX_KEY_BYTES,
     BoundedCache,
@@ -33,7 +33,7 @@ _WRITING_METHODS = {"setdefault", "update", "add", "append", "extend", "appendle
 
 # Each entry: what it is keyed by, and why that cannot grow with what clients send.
 ALLOWED: dict[str, str] = {
-    "service/kernel/settings.py:get_settings": "no arguments: one Settings object",
+    "service/config/settings.py:get_settings": "no arguments: one Settings object",
     "service/store/engine.py:get_engine": "keyed by a database URL from the settings; 4 entries",
     "service/store/event_rows.py:_processors": "keyed by the dialect: two exist; 4 entries",
     "service/store/event_rows.py:_postgres_columns": "keyed by the dialect; 4 entries",
@@ -189,7 +189,7 @@ def all_caches() -> set[str]:
 # Containers that are written while one piece of work runs and dropped with it: not caches, but
 # the walk cannot tell them apart, so each is named with the work that bounds it.
 ACCUMULATORS: dict[str, str] = {
-    "service/kernel/bounded_cache.py:BoundedCache._entries": "the mechanism itself",
+    "service/primitives/bounded_cache.py:BoundedCache._entries": "the mechanism itself",
     "service/api/http_metrics.py:HttpResponseCounter._counts": (
         "answers since the last flush, one entry per route template and status class"
     ),
@@ -200,7 +200,7 @@ ACCUMULATORS: dict[str, str] = {
         "events waiting for their commit, bounded by the backpressure on ingest"
     ),
     "service/ingest/group_commit.py:GroupCommitter._threads": "the committer's own threads",
-    "service/kernel/background.py:BackgroundWorker._items": (
+    "service/primitives/background.py:BackgroundWorker._items": (
         "work handed to a background thread, drained as it runs"
     ),
     "service/replay/workload.py:_Names._used": "names one generated workload has given",
@@ -215,7 +215,7 @@ ACCUMULATORS: dict[str, str] = {
 def test_every_cache_is_bounded_in_bytes_or_listed_with_its_reason() -> None:
     unlisted = sorted(all_caches() - ALLOWED.keys() - ACCUMULATORS.keys())
     assert not unlisted, (
-        f"in-process caches outside service.kernel.bounded_cache: {unlisted}; key them by a "
+        f"in-process caches outside service.primitives.bounded_cache: {unlisted}; key them by a "
         "digest in a BoundedCache, or list them here with why client text cannot grow them"
     )
 
@@ -227,7 +227,7 @@ def test_the_list_names_only_what_exists() -> None:
 
 def test_the_finder_sees_each_kind_of_cache(tmp_path: Path) -> None:
     """The walk above would pass on an empty finder; here it must find one of each kind."""
-    module = REPO_ROOT / "service" / "kernel" / "bounded_cache.py"
+    module = REPO_ROOT / "service" / "primitives" / "bounded_cache.py"
     sample = ast.parse(
         "import functools\n"
         "from collections import OrderedDict\n"

@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from service.kernel.count_limits import counting
-from service.kernel.event_decoder import STRUCT_FIELDS, decode_valid_batch
-from service.kernel.schemas import BatchIn, CandidateIn, DecodedEvents, EventIn, PassageIn
-from service.kernel.settings import Settings
+from service.config.settings import Settings
+from service.contract.count_limits import counting
+from service.contract.event_decoder import STRUCT_FIELDS, decode_valid_batch
+from service.contract.schemas import BatchIn, CandidateIn, DecodedEvents, EventIn, PassageIn
 from service.store.events import payload_hash
 from tests.support.hostile_values import BUDGET, PLAIN, events
 
