@@ -38,6 +38,7 @@ from redis import Redis
 from redis.exceptions import NoScriptError
 
 from service.ingest.counts import add_counts
+from service.ingest.gathering import GATHER_SCRIPT, TAKE_SCRIPT, TAKE_SLICES, event_key
 from service.primitives.background import BackgroundWorker
 from service.queue.broker import is_redis_url
 from service.queue.celery_sender import celery_sender
@@ -47,57 +48,6 @@ from service.queue.tasks import FANOUT_TASK, JUDGE_SLICE_TASK
 from service.telemetry.aggregates import Aggregates, Delta
 
 log = logging.getLogger(__name__)
-
-# The gathering list KEYS[1] holds fewer than a slice of event keys between appends, and
-# KEYS[2] the time (Redis's own clock, ms) its oldest one arrived: a timer sends them once they
-# have waited ``gather_seconds``, not ``gather_seconds`` after whichever append armed it.
-#
-# Appends the event keys ARGV[2..] and takes from the head every whole slice of ARGV[1] events the
-# list then holds, in one step no other process can split: {events left gathering, keys taken}.
-# The list held less than a slice and an append is less than one, so what is left after a take
-# arrived with this append: its time is now.
-_GATHER_SCRIPT = """
-local now = redis.call('TIME')
-now = now[1] * 1000 + math.floor(now[2] / 1000)
-local held = redis.call('RPUSH', KEYS[1], unpack(ARGV, 2))
-local size = tonumber(ARGV[1])
-local whole = held - held % size
-if whole == 0 then
-  if held == #ARGV - 1 then redis.call('SET', KEYS[2], now) end
-  return {held, {}}
-end
-local taken = redis.call('LRANGE', KEYS[1], 0, whole - 1)
-redis.call('LTRIM', KEYS[1], whole, -1)
-if held > whole then redis.call('SET', KEYS[2], now) else redis.call('DEL', KEYS[2]) end
-return {held - whole, taken}
-"""
-# A timer's take: up to ARGV[1] event keys once the oldest has waited ARGV[2] ms, else nothing
-# and how many ms are left to wait: {ms left, keys taken}. A wait longer than ARGV[2] can only
-# come from a clock stepped back since the arrival: taken at once, or the timer would sleep for
-# as long as the step.
-_TAKE_SCRIPT = """
-local now = redis.call('TIME')
-now = now[1] * 1000 + math.floor(now[2] / 1000)
-local since = tonumber(redis.call('GET', KEYS[2]) or '0')
-local left = since + tonumber(ARGV[2]) - now
-if left > 0 and left <= tonumber(ARGV[2]) then return {left, {}} end
-local taken = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
-if #taken > 0 then redis.call('LTRIM', KEYS[1], #taken, -1) end
-if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
-return {0, taken}
-"""
-# Slices one timer's take reads at a time from the gathering list.
-_TAKE_SLICES = 64
-
-
-def _event_key(raw: bytes | str | int) -> int | None:
-    """An event key as the gathering list holds it (bytes of its decimal), or None."""
-    if isinstance(raw, int):
-        return raw
-    try:
-        return int(raw)
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -134,8 +84,8 @@ class JudgeQueue:
         self._gathering_keys = [self.gathering_key, gathering_since(queue)]
         # Unconnected without a Redis broker: never called then.
         scripts_on = self.redis or Redis()
-        self._gather_script = scripts_on.register_script(_GATHER_SCRIPT)
-        self._take_script = scripts_on.register_script(_TAKE_SCRIPT)
+        self._gather_script = scripts_on.register_script(GATHER_SCRIPT)
+        self._take_script = scripts_on.register_script(TAKE_SCRIPT)
         self._closed = False
         # Without a Redis broker: the sends held in this process, a slice going when it is full.
         self._gathering: BackgroundWorker[int] = BackgroundWorker(
@@ -250,7 +200,7 @@ class JudgeQueue:
     def _send_gathered(self, _armed: list[bool]) -> None:
         """The timer fired: take and send everything the shared list holds, whichever process
         appended it."""
-        most = _TAKE_SLICES * self.slice_events
+        most = TAKE_SLICES * self.slice_events
         wait_ms = round(self.gather_seconds * 1000) if not self._closed else 0
         while True:
             left_ms, taken = self._take_script(keys=self._gathering_keys, args=[most, wait_ms])
@@ -264,7 +214,7 @@ class JudgeQueue:
     def _push_slices_now(self, raw_pks: Sequence[bytes | str | int]) -> bool:
         """Messages for the event keys taken from the shared list, a slice each (anything that
         is not an event key, which only a hand-edited list could hold, is passed over)."""
-        event_pks = [pk for pk in map(_event_key, raw_pks) if pk is not None]
+        event_pks = [pk for pk in map(event_key, raw_pks) if pk is not None]
         return all([self._send(self.queue, part) for part in slices(event_pks, self.slice_events)])
 
     def _send(self, queue: str, event_pks: list[int]) -> bool:
