@@ -3,6 +3,8 @@
 No Docker engine runs here. The image is checked by linting it, reading its instructions,
 building the package from exactly the files the build context would send, and running the
 commands its roles run (the API and a worker) to see them start and stop on SIGTERM.
+
+Tests ``service.cli.admin`` and ``service.cli.worker``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""docs/settings.md is generated from the settings class and must not drift from it."""
+"""docs/settings.md is generated from the settings class and must not drift from it.
+
+Tests ``service.config.settings``.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,9 @@
 Events, judgments and scores are written through the same repository functions the service and
 the workers use, with gold ranks, judge grades and answers planned here, so every figure the
 analysis reports can be recomputed from the plan.
+
+Tests ``service.analysis.runner``, ``service.analysis.report``, ``service.analysis.plots``,
+``service.analysis.gauges``, ``service.api.analysis`` and ``service.cli.analyze``.
 """
 
 from __future__ import annotations

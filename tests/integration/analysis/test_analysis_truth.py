@@ -4,6 +4,8 @@ check of the gold arithmetic against figures recomputed here from the planned gr
 
 Events go in through the API and are judged by the real judging code against the test's
 OpenAI-compatible server, on SQLite and PostgreSQL.
+
+Tests ``service.analysis.dataset`` and ``service.store.analysis``.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 retriever's traffic, exported (``gold export``), replayed through the replay's BM25 retriever with
 its gold (``replay --gold``), and the two windows compared. The figures it prints are checked
 against ones computed here from the known gold and the ranks each retriever sent.
+
+Tests ``service.cli.gold``, ``service.cli.replay`` and ``service.cli.window_options``.
 """
 
 from __future__ import annotations

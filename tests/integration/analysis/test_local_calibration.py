@@ -5,6 +5,9 @@ Similarities are planted through the judging repository so the held-out figures 
 advance: gold passages lie above every other passage, so thresholds fitted on either half
 separate them perfectly on the other, while the thresholds configured here call everything
 relevant. The last test runs a real Celery worker with the real local judge.
+
+Tests ``service.api.calibration``, ``service.cli.calibrate``, ``service.store.calibration`` and
+``workers.judge.calibrated``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The v1 ingest contract against the real app, a SQLite file and the real Redis."""
+"""The v1 ingest contract against the real app, a SQLite file and the real Redis.
+
+Tests ``service.api.events``, ``service.api.health``, ``service.api.docs``,
+``service.contract.schemas`` and ``service.http.decoded_batch``.
+"""
 
 from __future__ import annotations
 

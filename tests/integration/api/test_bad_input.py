@@ -1,4 +1,7 @@
-"""Malformed input of every kind is a 4xx with a message, never a 5xx, and stores nothing."""
+"""Malformed input of every kind is a 4xx with a message, never a 5xx, and stores nothing.
+
+Tests ``service.api.app`` and ``service.contract.validate``.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """With RM_REDACT on, no client text reaches storage or the logs unmasked, whatever route it
 came by: every route that writes (taken from the app itself) is sent PII in every free-text field
 its OpenAPI schema declares, then every text, JSON and binary column of every table (taken from
-the models) and the captured log records are read back."""
+the models) and the captured log records are read back.
+
+Tests ``service.contract.client_text`` and ``service.contract.redact``.
+"""
 
 from __future__ import annotations
 

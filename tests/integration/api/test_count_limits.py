@@ -5,6 +5,9 @@ body later is covered without a new case here.
 Switched off, each fails: without ``CountedBody``'s check a list one over its limit answers one
 error per item (none of type too_many_items); without the cap in ``validation_errors`` every
 error of a body is listed.
+
+Tests ``service.contract.count_limits``, ``service.contract.validation_errors`` and
+``service.http.request_scope``.
 """
 
 from __future__ import annotations

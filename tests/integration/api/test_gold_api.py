@@ -1,5 +1,7 @@
 """Gold marked after the fact, through the API, on both stores: labels per key, tenants apart,
 bad input refused with a 4xx, and the analysis taking labels as it takes gold sent with events.
+
+Tests ``service.api.gold``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Dozens of connections send a gzip-encoded, chunked body that inflates to megabyt
 finish it. The API process's resident memory (from /proc) must stay within the in-flight body
 budget plus a margin, requests without a key must be answered 401 before their body is read and
 move no metric, and a body that never completes must be answered 408 and closed.
+
+Tests ``service.api.body_limit`` and ``service.auth.gate``.
 """
 
 from __future__ import annotations

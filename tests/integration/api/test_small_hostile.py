@@ -1,5 +1,8 @@
 """Small hostile inputs: LIKE wildcards in a revoke, booleans as numbers, and how fast a
-revocation reaches a process that cached the key."""
+revocation reaches a process that cached the key.
+
+Tests ``service.analysis.window``, ``service.process.exposure`` and ``service.store.keys``.
+"""
 
 from __future__ import annotations
 

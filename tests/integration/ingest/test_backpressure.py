@@ -1,5 +1,8 @@
 """Overload is a 503 or 429 with Retry-After, never a 500 and never an unbounded queue; a broker
-that may evict the queue is refused; the judge's rate is shared by every worker."""
+that may evict the queue is refused; the judge's rate is shared by every worker.
+
+Tests ``service.ingest.admission``, ``service.queue.redis_check`` and ``service.queue.ratelimit``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The duplicate-ratio histogram counted after the answer: what reaches the shared aggregates
-(the real Redis), when, and what a full backlog skips."""
+(the real Redis), when, and what a full backlog skips.
+
+Tests ``service.ingest.deferred``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """Group commit of single-event requests: each request of a shared transaction gets its own
 outcome, a database failure answers every request of the group, shutdown drains the queue, and
-concurrent requests to a real server are all stored exactly once."""
+concurrent requests to a real server are all stored exactly once.
+
+Tests ``service.ingest.ingestor``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The API gathers the judge messages of small requests into slices: what the broker (the real
-Redis) receives, and when."""
+Redis) receives, and when.
+
+Tests ``service.ingest.judge_queue``, ``service.ingest.gathering`` and ``service.queue.names``.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """The judge message the API writes by hand for a Redis broker is the message Celery itself
 writes, field by field, so a Celery or kombu upgrade that changes the format fails here instead
 of leaving the workers unable to read the queue; and on RabbitMQ the same push goes through
-Celery's own publishing and reaches the queue."""
+Celery's own publishing and reaches the queue.
+
+Tests ``service.queue.messages``, ``service.queue.broker`` and ``service.queue.celery_sender``.
+"""
 
 from __future__ import annotations
 

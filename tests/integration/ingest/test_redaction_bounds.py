@@ -1,5 +1,8 @@
 """Redaction covers every free text an event or its feedback carries, and its cost is linear in
-the text whatever the pattern, so a hostile text cannot stall the API."""
+the text whatever the pattern, so a hostile text cannot stall the API.
+
+Tests ``service.contract.redaction``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The sampling decision: deterministic, nested across rates, near the configured share."""
+"""Sampling at ingest through the real app: unsampled events are stored as skipped, gold and
+other retrievers' events wait for the judge (gold on the urgent queue), and /metrics counts the
+sampled share."""
 
 from __future__ import annotations
 

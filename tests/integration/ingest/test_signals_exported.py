@@ -1,4 +1,5 @@
-"""Judge-free signals at ingest: pure functions on the passages."""
+"""Judge-free signals through the real app: every event's signals reach /metrics, sampled or
+not, and a retrieval with no passage is refused and counted as empty."""
 
 from __future__ import annotations
 

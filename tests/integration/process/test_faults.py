@@ -1,6 +1,9 @@
 """Faults injected for real: a SIGKILLed API, a SIGKILLed worker mid-judgment (on either broker),
 a Redis restarted and flushed with events in its queue, a Redis or a RabbitMQ node killed and
-started again under traffic. Every accepted event ends judged exactly once."""
+started again under traffic. Every accepted event ends judged exactly once.
+
+Tests ``service.telemetry.rebuild``.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 A client's pooled connection that the server closes as the client reuses it turns a POST into a
 connection reset; the server must keep idle connections longer than clients keep them pooled.
+
+Tests ``service.process.server``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""`serve` killed with SIGKILL leaves no embedded redis-server behind."""
+"""`serve` killed with SIGKILL leaves no embedded redis-server behind.
+
+Tests ``service.process.orphan_guard``.
+"""
 
 from __future__ import annotations
 

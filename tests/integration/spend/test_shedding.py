@@ -1,4 +1,7 @@
-"""Shedding a backlog: the oldest normal events go, gold and urgent ones stay, all counted."""
+"""Shedding a backlog: the oldest normal events go, gold and urgent ones stay, all counted.
+
+Tests ``service.store.spend``.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 boundary is still a duplicate, stored once; migration 0012 carries existing rows over and back.
 
 Each concurrency test holds the first transaction open and waits until the second is seen
-blocked on its lock, so the race is the same on any machine."""
+blocked on its lock, so the race is the same on any machine.
+
+Tests ``service.store.partitions`` and ``service.store.retention``.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@
 tenants and every written column is compared as the database holds it (SQLite's stored text,
 PostgreSQL's text form of each value), for hand-picked edge cases and for the bodies the
 hostile-input property test draws.
+
+Tests ``service.store.driver``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Storing a batch: the bulk insert on SQLite and PostgreSQL, its outcomes and initial states."""
+"""Storing a batch: the bulk insert on SQLite and PostgreSQL, its outcomes and initial states.
+
+Tests ``service.store.events`` and ``service.store.dialect``.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ at judging.
 Each reads exactly the keys asked for, on both stores, and on PostgreSQL probes the unique key
 once per wanted row whether or not the planner has statistics (a server with autovacuum off has
 none, and a scan of every row of the tenant or the judge per statement grows with the table).
+
+Tests ``service.store.judging`` and ``service.telemetry.rebuild``.
 """
 
 from __future__ import annotations

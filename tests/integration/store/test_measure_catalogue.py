@@ -1,5 +1,8 @@
 """The measure catalogue is the one declaration of the measures: the ``scores`` table has exactly
-its columns, and every list the exports, rules, dashboards, pages and analysis use follows it."""
+its columns, and every list the exports, rules, dashboards, pages and analysis use follows it.
+
+Tests ``service.measures.catalogue``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The Alembic migrations build exactly the schema the models describe, on both databases."""
+"""The Alembic migrations build exactly the schema the models describe, on both databases.
+
+Tests ``service.store.migrate``, ``service.store.migrations.env`` and ``service.store.models``.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ the events that something reads (judged, gold, looking bad, the kept share) keep
 narrow event still answers a resend (200) and a changed body (409); feedback on it is stored and
 counted; every counter of /metrics is the same as with every event kept; re-judging, the
 labelling queue and the workers leave narrow rows out, and the first two say how many.
+
+Tests ``service.analysis.gold_queue``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The passage store: a text stored once per tenant however many events send it, read back by
 each event as its own, released by hash-only storage and retention without breaking a read, and
-safe against an ingest of the same text while a purge deletes it."""
+safe against an ingest of the same text while a purge deletes it.
+
+Tests ``service.store.passages`` and ``service.primitives.hashing``.
+"""
 
 from __future__ import annotations
 

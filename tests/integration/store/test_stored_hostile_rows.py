@@ -8,6 +8,8 @@ SQLite's text columns (PostgreSQL refuses both in text). A passage text is store
 stores. Every read of the event then answers 200, and the migrations rewrite each such value
 with U+FFFD, leaving every row in place: 0008 in the text and JSON columns, 0006 in the passage
 texts it compresses.
+
+Tests ``service.store.readable``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ The reference rendering below builds prometheus_client's own family objects from
 aggregates (``Aggregates.read``) and formats them with ``generate_latest``. The page must parse
 to exactly the same families and samples, and is in fact the same text byte for byte. promtool,
 Prometheus's own linter, checks a scrape of the real app served over HTTP.
+
+Tests ``service.telemetry.exporter`` and ``service.telemetry.aggregates``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Label values holding any separator cannot pass the label-set cap: two different label sets
-never share an identity, so each one the page shows was admitted on its own."""
+never share an identity, so each one the page shows was admitted on its own.
+
+Tests ``service.telemetry.cardinality``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """Tenants and /metrics: every series carries its tenant, no tenant moves another's series,
-/metrics needs an admin key when keys are on, and distinct label sets are capped."""
+/metrics needs an admin key when keys are on, and distinct label sets are capped.
+
+Tests ``service.auth.scrape_token``, ``service.telemetry.metrics`` and
+``service.telemetry.pipeline``.
+"""
 
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ spenders did) took 0.3 s at 300,000 events and kept growing. The page is built h
 own builder (``AppState.build``), so every collector a scrape runs, today's and any added later,
 is covered: its Redis commands are recorded on a small keyspace and again after thousands of such
 keys were added, and must be the same.
+
+Tests ``service.api.scrape`` and ``service.http.state``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """Who labels on /ui/label: without API keys the "you are" name, kept in a cookie, tells two
 people apart (so their agreement can be computed); with keys the key's identity wins and no name
 is asked or taken.
+
+Tests ``service.ui.label_page`` and ``service.auth.labellers``.
 """
 
 from __future__ import annotations

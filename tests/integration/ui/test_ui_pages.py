@@ -3,6 +3,10 @@
 Events go in through the API (or the ingest repository when a test needs an old arrival time);
 scores are written by the same repository function the workers use, with grades the test chooses,
 so every figure on a page can be checked against numbers computed here.
+
+Tests ``service.ui.pages``, ``service.ui.routes``, ``service.ui.views``, ``service.ui.api``,
+``service.ui.schemas``, ``service.store.pages``, ``service.auth.browser`` and
+``service.auth.sessions``.
 """
 
 from __future__ import annotations

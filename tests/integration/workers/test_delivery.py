@@ -1,7 +1,11 @@
 """Delivery of judge tasks: Celery keeps a task until it ran, a task whose process died runs
 again without the sweeper, a backlog older than the requeue time is not sent twice, two
 deliveries of one event pay for one judge call, and an export lost after the commit is made by
-the next delivery, once; a claim outlives a judge call longer than its lifetime."""
+the next delivery, once; a claim outlives a judge call longer than its lifetime.
+
+Tests ``workers.celery_app``, ``workers.tasks``, ``workers.claims``, ``service.queue.tasks`` and
+``service.telemetry.judged_export``.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ HTTP server (tests/fake_llm) and the real Redis.
 The fake server grades by (query, passage) text, whatever the position or the batch: these tests
 prove the protocol (what is sent, what is parsed, what is remembered and counted), not a judge's
 quality.
+
+Tests ``workers.judge.llm``, ``workers.judge.output_mode`` and ``workers.judge.base``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ the same labels, costs and counts as judging the events one at a time.
 
 The judge is the test's OpenAI-compatible HTTP server; storage is SQLite or PostgreSQL, and the
 shared aggregates are in the real Redis.
+
+Tests ``workers.judging``, ``workers.record`` and ``workers.calls``.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ encoding them again.
 
 The encoder is the real all-MiniLM-L6-v2; a wrapper counts its calls and the texts it encodes
 and hands every call to it unchanged.
+
+Tests ``workers.judge.vectors`` and ``workers.judge.local``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """The analysis on synthetic traffic whose answers are known: a planted correlation, a planted
-alpha, a planted regime, and the article's 50 questions with their recall and conversion."""
+alpha, a planted regime, and the article's 50 questions with their recall and conversion.
+
+Tests ``service.analysis.calibration``, ``service.analysis.compare``,
+``service.analysis.correlation`` and ``service.analysis.gold``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The synthetic workload, the BEIR loader, and the events a replay builds from them."""
+"""The synthetic workload, the BEIR loader, and the events a replay builds from them.
+
+Tests ``service.replay.beir`` and ``service.replay.replay``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The rule that turns labels into the gold the analysis uses."""
+"""The rule that turns labels into the gold the analysis uses.
+
+Tests ``service.store.gold``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Delta: many observations at once add up to the same increments as one at a time."""
+"""Delta: many observations at once add up to the same increments as one at a time.
+
+Tests ``service.ingest.counts``.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""The /ui pages and the miss-cause API, read as HTML and JSON through the real app and database.
+"""What the pages draw, without a server: chart buckets and broken lines, query words
+highlighted in escaped text, and filters read leniently from the query string.
 
-Events go in through the API (or the ingest repository when a test needs an old arrival time);
-scores are written by the same repository function the workers use, with grades the test chooses,
-so every figure on a page can be checked against numbers computed here.
+Tests ``service.ui.charts`` and ``service.ui.filters``.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Request bodies are built with the real OTLP protobuf classes; the receiver runs in the real app
 with the real database and Redis.
+
+Tests ``service.api.otlp`` and ``service.ingest.otlp.responses``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,11 @@
-"""OTLP/HTTP ingest: decoding both encodings, mapping spans to events, and the receiver's answers.
+"""OTLP spans to events, without a server: both encodings decoded to the same spans, retriever
+and reranker spans mapped as each instrumentation writes them, the naming rules and k, and the
+reason a span cannot become an event.
 
-Request bodies are built with the real OTLP protobuf classes; the receiver runs in the real app
-with the real database and Redis.
+Request bodies are built with the real OTLP protobuf classes.
+
+Tests ``service.ingest.otlp.decode``, ``service.ingest.otlp.documents`` and
+``service.ingest.otlp.rules``.
 """
 
 from __future__ import annotations

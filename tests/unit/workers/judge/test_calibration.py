@@ -1,4 +1,5 @@
-"""Agreement with gold labels and fitting the local judge's thresholds (analysis.threshold_fit)."""
+"""Agreement with gold labels and fitting the local judge's thresholds
+(``service.analysis.threshold_fit``)."""
 
 from __future__ import annotations
 

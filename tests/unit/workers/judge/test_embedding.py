@@ -9,6 +9,8 @@ one sentence at a time; dims, extremes and cosines are float32 results printed t
 The tolerance is 2e-5: float32 rounding puts this encoder within 3e-7 of those numbers, while the
 usual slips are far larger (the tanh GELU moves dims by 1.5e-4 to 3e-4, a layer-norm epsilon of
 1e-5 instead of 1e-12 by up to 1.5e-4, truncating at 128 tokens by 5e-2 on the long sentence).
+
+Tests ``workers.judge.text_encoder`` and ``workers.judge.encoders``.
 """
 
 from __future__ import annotations

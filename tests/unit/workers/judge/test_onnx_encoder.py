@@ -4,6 +4,8 @@ The graph's float32 output equal to the numpy encoder's (itself checked against
 sentence-transformers in test_embedding.py) shows the graph is the model; the int8 encoder is
 then held to a cosine of 0.99 with float32 on real text, and the local judge keeps their labels
 apart.
+
+Tests ``workers.judge.onnx_graph``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""API keys and tenants: the tenant comes from the key, reads are scoped to it."""
+"""API keys and tenants: the tenant comes from the key, reads are scoped to it.
+
+Tests ``service.auth.keys``, ``service.auth.callers``, ``service.http.deps``, ``service.cli.keys``
+and ``service.cli.__main__``.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """Query parameters no route can take are a 422 with a message, never a 5xx (which would tell a
 client to retry forever): generated from the service's own OpenAPI document for every operation
 with query parameters, sent with hostile text to every route the application has (pages too),
-and the cases that once answered 503, on both stores."""
+and the cases that once answered 503, on both stores.
+
+Tests ``service.http.query_params`` and ``service.contract.asgi_answer``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The ``serve`` command line: how many API processes, and combinations it refuses."""
+"""The ``serve`` command line: how many API processes, and combinations it refuses.
+
+Tests ``service.cli.main``.
+"""
 
 from __future__ import annotations
 

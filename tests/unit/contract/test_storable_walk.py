@@ -3,6 +3,8 @@
 ``check_body`` passes a body on the quick walk alone; so the quick walk must never pass what the
 full walk refuses, and on the plain JSON types a parser produces it should pass what the full walk
 passes (else every body would pay for both walks).
+
+Tests ``service.contract.storable``.
 """
 
 from __future__ import annotations
