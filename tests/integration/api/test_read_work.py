@@ -29,6 +29,7 @@ from tests.support.plan_work import forget_statistics, recording, rows_read, sta
 from tests.support.routes import every_route
 
 SMALL = 2_000
+READ_LIMIT = 500
 GROWTH = 10
 # Rows a read may touch besides a share that follows what it shows: an index's upper pages, a
 # window's few buckets, a bounded page's rows.
@@ -53,7 +54,8 @@ STILL_GROWING: dict[str, str] = {
 
 @pytest.fixture
 def settings(tmp_path: Path, postgres_url: str, redis_url: str) -> Settings:
-    return make_settings(tmp_path, postgres_url, redis_url)
+    # The read limit below both volumes, as a large deployment's windows are above its default.
+    return make_settings(tmp_path, postgres_url, redis_url, max_read_events=READ_LIMIT)
 
 
 @pytest.fixture
